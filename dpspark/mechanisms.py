@@ -1,0 +1,90 @@
+"""The word mechanisms: multivariate Laplace and regularized Mahalanobis (pure numpy).
+
+Noise (Xu et al. 2020, Algorithm 1; Feyisetan et al. 2020, §2.6):
+N ~ N(0, I_d), X = N/‖N‖₂ (uniform on the sphere), Y ~ Gamma(d, 1/ε), Z = Y·A·X
+with A = (λΣ + (1−λ)I)^½. YX has density ∝ exp(−ε‖u‖₂) (the radius of that density
+is Gamma(d, 1/ε) and its direction uniform), and Z = A(YX) is its image under A, so
+Z has density ∝ exp(−ε‖A⁻¹z‖₂) = exp(−ε‖z‖_RM) because A⁻² = (λΣ+(1−λ)I)⁻¹.
+λ = 0 gives A = I: the multivariate Laplace mechanism.
+
+Word mechanism (Xu et al. Algorithm 2): ŵ = argmin_{u∈W} ‖φ(u) − (φ(w) + Z)‖₂, for
+every token independently. Guarantee: for strings of equal length,
+Pr[M(s)=ŝ]/Pr[M(s')=ŝ] ≤ exp(ε Σᵢ ‖φ(wᵢ) − φ(w'ᵢ)‖_RM). Only ŵ leaves this module:
+the noisy vector v and the noise Z are local to ``perturb_rows``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpspark.errors import ConfigError
+from dpspark.neighbours import NeighbourIndex
+
+
+def check_epsilon(epsilon: float) -> float:
+    """Validate ε > 0 and finite."""
+    try:
+        value = float(epsilon)
+    except (TypeError, ValueError):
+        raise ConfigError(f"epsilon must be a positive finite number, got {epsilon!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"epsilon must be a positive finite number, got {epsilon!r}")
+    return value
+
+
+def sample_noise(n: int, dim: int, epsilon: float, rng: np.random.Generator, a: np.ndarray | None = None) -> np.ndarray:
+    """Draw n noise vectors with density ∝ exp(−ε‖z‖_RM) (Algorithm 1), float64 n×d.
+
+    Args:
+        n: number of vectors.
+        dim: d.
+        epsilon: ε > 0.
+        rng: the generator (secure or per-batch keyed; see dpspark.rng).
+        a: A = (λΣ+(1−λ)I)^½, or None for A = I (Laplace).
+    """
+    epsilon = check_epsilon(epsilon)
+    direction = rng.standard_normal((n, dim))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    radius = rng.gamma(shape=dim, scale=1.0 / epsilon, size=n)
+    z = direction * radius[:, None]
+    return z if a is None else z @ a.T
+
+
+class WordMechanism:
+    """Perturbs embedded words into words of the output vocabulary.
+
+    Args:
+        vectors: every embedded word (V_in×d); tokens with a vector are mechanism inputs.
+        vocab_rows: rows of ``vectors`` forming the output vocabulary W.
+        epsilon: ε.
+        a: A for the chosen λ (None: Laplace).
+        index: nearest-neighbour index over ``vectors[vocab_rows]``.
+    """
+
+    def __init__(
+        self, vectors: np.ndarray, vocab_rows: np.ndarray, epsilon: float, a: np.ndarray | None, index: NeighbourIndex
+    ) -> None:
+        self.vectors = vectors
+        self.vocab_rows = np.asarray(vocab_rows, dtype=np.int64)
+        self.epsilon = check_epsilon(epsilon)
+        self.a = None if a is None or np.allclose(a, np.eye(a.shape[0])) else np.asarray(a, dtype=np.float64)
+        self.index = index
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def perturb_rows(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Perturb embedding rows; return positions in the output vocabulary (one per input)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        noisy = self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, self.a)
+        return self.index.query(noisy)
+
+    def noisy_points(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Noisy vectors for measuring an index against exact search (driver only, never released)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, self.a)

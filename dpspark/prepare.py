@@ -1,0 +1,216 @@
+"""Driver-side preparation, once per run: embeddings → vocabulary → Σ, A → index → bundle.
+
+The *bundle* is a directory of plain files that executors need (embedding matrix,
+words, vocabulary rows, A, the annoy index, settings). The driver writes it once;
+Spark ships it (``SparkContext.addFile``) and every Python worker loads it once into a
+module-level cache (``load_perturber``). Nothing secret is in it: the job key travels
+separately inside the task closure and is never written to disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from dpspark.config import PerturbConfig
+from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
+from dpspark.errors import ConfigError, EmbeddingError
+from dpspark.geometry import Geometry, geometry
+from dpspark.mechanisms import WordMechanism
+from dpspark.neighbours import AnnoyIndex, ExactIndex, NeighbourIndex, recall_at_1
+from dpspark.rng import secure_generator
+from dpspark.text import TextPerturber
+
+log = logging.getLogger("dpspark")
+
+AGREEMENT_BAR = 0.99
+
+
+@dataclass
+class Prepared:
+    """Everything the driver computed, plus the figures the manifest reports."""
+
+    config: PerturbConfig
+    embeddings: Embeddings
+    vocab_rows: np.ndarray
+    geometry: Geometry
+    index: NeighbourIndex
+    recall: float | None
+    recall_queries: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mechanism(self) -> WordMechanism:
+        return WordMechanism(self.embeddings.vectors, self.vocab_rows, self.config.epsilon, self.geometry.a, self.index)
+
+    def perturber(self) -> TextPerturber:
+        return TextPerturber(
+            self.mechanism, self.embeddings.words, self.embeddings.word_index, self.config.oov, self.config.oov_token
+        )
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the executor bundle into ``directory`` (created)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        np.save(d / "vectors.npy", self.embeddings.vectors)
+        np.save(d / "vocab_rows.npy", self.vocab_rows)
+        np.save(d / "a.npy", self.geometry.a)
+        words = pa.table({"word": pa.array(self.embeddings.words, pa.string())})
+        with pa.OSFile(str(d / "words.arrow"), "wb") as sink, pa.ipc.new_file(sink, words.schema) as writer:
+            writer.write_table(words)
+        settings = {
+            "epsilon": self.config.epsilon,
+            "oov": self.config.oov,
+            "oov_token": self.config.oov_token,
+            "nn": self.index.method,
+            "nn_params": self.index.params(),
+        }
+        if isinstance(self.index, AnnoyIndex):
+            target = d / "index.ann"
+            if Path(self.index.path).resolve() != target.resolve():
+                target.write_bytes(Path(self.index.path).read_bytes())
+        (d / "settings.json").write_text(json.dumps(settings))
+        return d
+
+    def manifest_fields(self) -> dict:
+        """Mechanism, embedding, vocabulary and index facts for the run manifest (no text, no key)."""
+        c, g = self.config, self.geometry
+        return {
+            "mechanism": c.mechanism,
+            "epsilon": c.epsilon,
+            "lambda": g.lam,
+            "euclidean_epsilon_bound": g.euclidean_epsilon(c.epsilon),
+            "xi_min": g.xi_min,
+            "guarantee": guarantee_text(c.epsilon, g),
+            "embeddings": {"name": self.embeddings.name, "sha256": self.embeddings.sha256, "words": len(self.embeddings)},
+            "dimension": self.embeddings.dim,
+            "vocabulary": {
+                "size": int(len(self.vocab_rows)),
+                "source": vocabulary_source(c),
+            },
+            "nearest_neighbour": {
+                "method": self.index.method,
+                "params": self.index.params(),
+                "recall_at_1": self.recall,
+                "recall_queries": self.recall_queries,
+                "recall_reference": "exact search" if self.index.method != "exact" else "is the reference",
+                "meets_agreement_bar": None if self.recall is None else self.recall >= AGREEMENT_BAR,
+            },
+            "oov_policy": c.oov,
+            "seeded": c.seed is not None,
+        }
+
+
+def vocabulary_source(c: PerturbConfig) -> str:
+    if c.vocab_file:
+        return f"word list {c.vocab_file}"
+    if c.vocab_from_corpus:
+        return f"{c.vocab_size} most frequent embedded tokens of the input corpus (data-dependent, published)"
+    return f"first {c.vocab_size} words of the embedding's own (frequency-ordered) vocabulary"
+
+
+def guarantee_text(epsilon: float, g: Geometry) -> str:
+    return (
+        f"For any two texts of equal length n and any output, the probabilities differ by at most a factor "
+        f"exp({epsilon:g} * sum_i ||phi(w_i) - phi(w'_i)||_RM) with lambda = {g.lam:g}; in Euclidean terms at most "
+        f"exp({g.euclidean_epsilon(epsilon):.4g} * sum_i ||phi(w_i) - phi(w'_i)||_2). Out-of-vocabulary tokens are "
+        "not covered: see the OOV policy."
+    )
+
+
+def read_word_list(path: str) -> list[str]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"vocabulary file {path} not found (one word per line)")
+    words = [w.strip() for w in p.read_text(encoding="utf-8").splitlines() if w.strip()]
+    if not words:
+        raise ConfigError(f"vocabulary file {path} is empty")
+    return list(dict.fromkeys(words))
+
+
+def prepare(
+    config: PerturbConfig,
+    embeddings: Embeddings | None = None,
+    workdir: str | Path | None = None,
+    vocab_words: list[str] | None = None,
+) -> Prepared:
+    """Load embeddings, choose the vocabulary, compute Σ and A, build and measure the index.
+
+    Args:
+        config: validated settings.
+        embeddings: already loaded embeddings (else loaded from the config).
+        workdir: where an annoy index file is written (required for ``nn="annoy"``).
+        vocab_words: an explicit output vocabulary (e.g. corpus-derived), overriding the config.
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    emb = embeddings or load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
+    timings["load_embeddings_s"] = time.perf_counter() - t0
+
+    if vocab_words is None and config.vocab_file:
+        vocab_words = read_word_list(config.vocab_file)
+    rows = select_vocabulary(emb, config.vocab_size, vocab_words)
+    if len(rows) <= emb.dim:
+        raise EmbeddingError(
+            f"a vocabulary of {len(rows)} words cannot give a positive-definite covariance in {emb.dim} "
+            f"dimensions: use at least {emb.dim + 1} words (--vocab-size)"
+        )
+    t0 = time.perf_counter()
+    geo = geometry(emb.vectors[rows], config.lambda_)
+    timings["covariance_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    exact = ExactIndex(emb.vectors[rows])
+    index: NeighbourIndex = exact
+    if config.nn == "annoy":
+        if workdir is None:
+            raise ValueError("an annoy index needs a working directory for its file")
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        index = AnnoyIndex.build(emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k)
+    timings["index_build_s"] = time.perf_counter() - t0
+
+    recall, n_q = None, 0
+    if config.nn == "exact":
+        recall = 1.0
+    elif config.recall_queries > 0:
+        # Measured on the driver with its own secure generator: noisy points of uniformly
+        # chosen vocabulary words at the run's ε and λ, compared with exact search.
+        t0 = time.perf_counter()
+        rng = secure_generator()
+        sample = rows[rng.integers(0, len(rows), config.recall_queries)]
+        mech = WordMechanism(emb.vectors, rows, config.epsilon, geo.a, index)
+        recall, n_q = recall_at_1(index, exact, mech.noisy_points(sample, rng)), config.recall_queries
+        timings["recall_s"] = time.perf_counter() - t0
+        if recall < AGREEMENT_BAR:
+            log.warning(
+                "annoy agrees with exact search on %.1f%% of noisy queries at epsilon=%g (bar: %.0f%%); "
+                "outputs stay private but utility and Nw/Sw statistics are distorted: use --nn exact or raise "
+                "--annoy-search-k",
+                100 * recall, config.epsilon, 100 * AGREEMENT_BAR,
+            )
+    return Prepared(config, emb, rows, geo, index, recall, n_q, timings)
+
+
+def load_perturber(directory: str | Path) -> TextPerturber:
+    """Rebuild the TextPerturber from a bundle (executor side; memory-maps the big arrays)."""
+    d = Path(directory)
+    settings = json.loads((d / "settings.json").read_text())
+    vectors = np.load(d / "vectors.npy", mmap_mode="r")
+    rows = np.load(d / "vocab_rows.npy")
+    a = np.load(d / "a.npy")
+    with pa.memory_map(str(d / "words.arrow")) as src:
+        words = pa.ipc.open_file(src).read_all().column("word").to_pylist()
+    if settings["nn"] == "annoy":
+        p = settings["nn_params"]
+        index: NeighbourIndex = AnnoyIndex(str(d / "index.ann"), vectors.shape[1], p["n_trees"], p["search_k"])
+    else:
+        index = ExactIndex(vectors[rows])
+    mech = WordMechanism(vectors, rows, settings["epsilon"], a, index)
+    word_index = {w: i for i, w in enumerate(words)}
+    return TextPerturber(mech, words, word_index, settings["oov"], settings["oov_token"])

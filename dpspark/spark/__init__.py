@@ -1,0 +1,1 @@
+"""Spark glue: the only subpackage that imports pyspark."""

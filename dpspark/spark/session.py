@@ -1,0 +1,36 @@
+"""SparkSession set-up for dpspark jobs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+# Spark's task slots already use every core: one BLAS thread per Python worker.
+_SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def get_session(master: str | None = None, batch_rows: int = 10_000) -> SparkSession:
+    """Return the active session, or start one (``local[*]`` unless ``master`` says otherwise).
+
+    Workers started by a fresh local JVM inherit this process's environment, so the
+    single-thread BLAS settings are put there and in ``spark.executorEnv`` (clusters).
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None:
+        active.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
+        return active
+    for k, v in _SINGLE_THREAD.items():
+        os.environ.setdefault(k, v)
+    # Local workers run this interpreter (the one with dpspark installed) unless told otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("dpspark")
+    # Under spark-submit the JVM is already up (PYSPARK_GATEWAY_PORT) and its --master wins.
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or "local[*]")
+    builder = builder.config("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    for k, v in _SINGLE_THREAD.items():
+        builder = builder.config(f"spark.executorEnv.{k}", v)
+    return builder.getOrCreate()
