@@ -1,0 +1,36 @@
+# dpspark — two commands: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast bench lint dist clean
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[spark,test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	rm -rf out/reviews_private
+	$(VENV)/bin/dpspark perturb --config conf/perturb.yaml --epsilon 10 --output out/reviews_private --quiet
+	$(PY) examples/show.py examples/reviews.parquet out/reviews_private
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not spark and not slow"
+
+bench: $(STAMP)
+	$(PY) bench/bench_perturb.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dpspark tests bench jobs examples
+
+dist: $(STAMP)
+	$(PY) -m pip wheel --no-deps -w dist .
+
+clean:
+	rm -rf out dist build *.egg-info .pytest_cache
