@@ -153,8 +153,11 @@ class TextPerturber:
             pos += n
             gaps = s[1]
             if self.oov == "drop" and n:
+                # A dropped token takes the whitespace before it along (the leading
+                # whitespace of the text stays where it was).
                 keep = [i for i in range(n) if new_tokens[i] is not None]
-                result.append(detokenize([new_tokens[i] for i in keep], [gaps[i] for i in keep] + [gaps[-1]]))
+                kept_gaps = [gaps[0]] + [gaps[i] for i in keep[1:]] + [gaps[-1]]
+                result.append(detokenize([new_tokens[i] for i in keep], kept_gaps) if keep else gaps[0] + gaps[-1])
             else:
                 result.append(detokenize(list(new_tokens), gaps))
         return pa.array(result, type=array.type), per_row
