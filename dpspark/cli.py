@@ -10,7 +10,6 @@ import argparse
 import json
 import logging
 import sys
-import warnings
 from typing import Any
 
 from dpspark.embeddings import FORMATS
@@ -104,7 +103,6 @@ def _cmd_perturb(args: dict[str, Any]) -> int:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.captureWarnings(True)
-    warnings.simplefilter("default")
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
     try:

@@ -1,0 +1,139 @@
+"""End-to-end: the perturb job and the Python API on a real local[2] Spark session."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dpspark
+from dpspark.cli import main
+from dpspark.rng import SeededRunWarning
+
+pytestmark = pytest.mark.spark
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
+FAST = ["--vocab-size", "5000", "--quiet"]
+
+
+def run_cli(tmp_path, name, *extra):
+    out = tmp_path / name
+    code = main(["perturb", "--input", str(SAMPLE), "--output", str(out), "--columns", "text,title", *FAST, *extra])
+    assert code == 0
+    return out
+
+
+def by_id(path):
+    return {r["id"]: r for r in pq.read_table(path).to_pylist()}
+
+
+def test_output_is_faithful(spark, tmp_path, glove):
+    out = run_cli(tmp_path, "o", "--epsilon", "10")
+    src, dst = pq.read_table(SAMPLE), pq.read_table(out)
+    assert dst.num_rows == src.num_rows
+    assert spark.read.parquet(str(out)).schema == spark.read.parquet(str(SAMPLE)).schema
+    before, after = by_id(SAMPLE), by_id(out)
+    assert before.keys() == after.keys()
+    vocab = set(glove.words[:5000]) | {"[UNK]"}
+    for i, row in before.items():
+        new = after[i]
+        # Other columns bit-identical (floats compared by their bytes).
+        assert new["rating"] == row["rating"] and new["id"] == row["id"]
+        assert np.float64(new["helpful"]).tobytes() == np.float64(row["helpful"]).tobytes()
+        for col in ("text", "title"):
+            if row[col] is None:
+                assert new[col] is None
+            elif row[col] == "":
+                assert new[col] == ""
+            else:
+                assert set(new[col].split()) <= vocab
+    changed = sum(after[i]["text"] != (r["text"] or "").lower() for i, r in before.items() if r["text"])
+    assert changed > 0.9 * sum(1 for r in before.values() if r["text"])
+
+
+def test_manifest(spark, tmp_path):
+    with pytest.warns(SeededRunWarning):
+        out = run_cli(tmp_path, "m", "--epsilon", "10", "--seed", "987654321")
+    text = (out / "_dpspark_manifest.json").read_text()
+    m = json.loads(text)
+    for key in ("dpspark_version", "mechanism", "epsilon", "lambda", "euclidean_epsilon_bound", "embeddings",
+                "dimension", "vocabulary", "nearest_neighbour", "counts", "duration_s", "status", "timings"):
+        assert key in m, key
+    assert m["status"] == "succeeded" and m["mechanism"] == "mahalanobis" and m["lambda"] == 1.0
+    assert m["euclidean_epsilon_bound"] == pytest.approx(10 / np.sqrt(m["xi_min"]))
+    assert len(m["embeddings"]["sha256"]) == 64 and m["dimension"] == 50 and m["vocabulary"]["size"] == 5000
+    assert m["nearest_neighbour"]["method"] == "exact" and m["nearest_neighbour"]["recall_at_1"] == 1.0
+    c = m["counts"]
+    assert c["rows"] == 500 and c["tokens"] == c["in_vocabulary"] + c["oov"] > 0 and 0 < c["replaced"] <= c["tokens"]
+    # No seed, no key, no text in the manifest.
+    assert "987654321" not in text and "seed" not in {k.lower() for k in m}
+    assert "customer service" not in text and "Springfield" not in text
+
+
+def test_seed_reproduces_and_warns_and_unseeded_runs_differ(spark, tmp_path):
+    with pytest.warns(SeededRunWarning):
+        a = run_cli(tmp_path, "a", "--epsilon", "10", "--seed", "7")
+    with pytest.warns(SeededRunWarning):
+        b = run_cli(tmp_path, "b", "--epsilon", "10", "--seed", "7")
+    c = run_cli(tmp_path, "c", "--epsilon", "10")
+    d = run_cli(tmp_path, "d", "--epsilon", "10")
+    assert by_id(a) == by_id(b)
+    assert by_id(c) != by_id(d) and by_id(c) != by_id(a)
+
+
+def test_api_twice_evaluated_gives_identical_text(spark):
+    df = spark.read.parquet(str(SAMPLE)).repartition(3, "id")
+    out = dpspark.perturb_text(df, columns=["text"], epsilon=10, vocab_size=5000)
+    first = {r["id"]: r["text"] for r in out.collect()}
+    second = {r["id"]: r["text"] for r in out.collect()}
+    assert first == second
+    other = dpspark.perturb_text(df, columns=["text"], epsilon=10, vocab_size=5000)
+    assert {r["id"]: r["text"] for r in other.collect()} != first
+    assert out.schema == df.schema
+
+
+def test_oov_never_verbatim_and_key_never_logged(spark, tmp_path, caplog, monkeypatch):
+    secret = bytes.fromhex("00112233445566778899aabbccddeeff")
+    import dpspark.spark.perturb as job
+
+    monkeypatch.setattr(job, "new_job_key", lambda seed=None: secret)
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "text": ["call zqxwvkj at 555", "zqxwvkj zqxwvkj"]}), src)
+    caplog.set_level(logging.DEBUG)
+    out = tmp_path / "o"
+    assert main(["perturb", "--input", str(src), "--output", str(out), "--columns", "text", "--epsilon", "1000",
+                 *FAST]) == 0
+    texts = [r["text"] for r in pq.read_table(out).to_pylist()]
+    assert all("zqxwvkj" not in t for t in texts)
+    logged = caplog.text + (out / "_dpspark_manifest.json").read_text()
+    assert secret.hex() not in logged and str(secret) not in logged and "zqxwvkj" not in logged
+
+
+def test_keep_original_is_opt_in(spark, tmp_path):
+    out = run_cli(tmp_path, "k", "--epsilon", "10", "--keep-original")
+    row = next(r for r in pq.read_table(out).to_pylist() if r["text"])
+    assert "text_original" in row and row["text_original"] == by_id(SAMPLE)[row["id"]]["text"]
+    assert "text_original" not in pq.read_table(run_cli(tmp_path, "nk", "--epsilon", "10")).column_names
+
+
+def test_laplace_and_annoy_paths(spark, tmp_path):
+    out = run_cli(tmp_path, "l", "--epsilon", "40", "--mechanism", "laplace", "--nn", "annoy",
+                  "--recall-queries", "500")
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["lambda"] == 0.0 and m["euclidean_epsilon_bound"] == pytest.approx(40.0)
+    nn = m["nearest_neighbour"]
+    assert nn["method"] == "annoy" and nn["recall_queries"] == 500 and 0 < nn["recall_at_1"] <= 1
+    assert nn["params"]["n_trees"] == 50
+
+
+def test_overwrite_mode_replaces_output(spark, tmp_path):
+    out = run_cli(tmp_path, "w", "--epsilon", "10")
+    (out / "marker").write_text("old")
+    assert main(["perturb", "--input", str(SAMPLE), "--output", str(out), "--columns", "text", "--epsilon", "10",
+                 "--mode", "overwrite", *FAST]) == 0
+    assert not (out / "marker").exists() and (out / "_dpspark_manifest.json").exists()
