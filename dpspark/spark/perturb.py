@@ -210,19 +210,22 @@ def run_perturb(config: PerturbConfig, spark: SparkSession | None = None) -> dic
 
     t0 = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="dpspark-index-")
-    vocab_words = None
-    if config.vocab_from_corpus:
-        from dpspark.embeddings import load_embeddings
+    try:
+        if config.vocab_from_corpus:
+            from dpspark.embeddings import load_embeddings
 
-        log.warning(
-            "the vocabulary is derived from the private corpus: the output space, and so the output, "
-            "can reveal the corpus's rare words; prefer the default data-independent vocabulary"
-        )
-        emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
-        vocab_words = vocabulary_from_corpus(df, list(config.columns), config.vocab_size, emb.word_index)
-        prepared = prepare(config, embeddings=emb, workdir=workdir, vocab_words=vocab_words)
-    else:
-        prepared = prepare(config, workdir=workdir)
+            log.warning(
+                "the vocabulary is derived from the private corpus: the output space, and so the output, "
+                "can reveal the corpus's rare words; prefer the default data-independent vocabulary"
+            )
+            emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
+            vocab_words = vocabulary_from_corpus(df, list(config.columns), config.vocab_size, emb.word_index)
+            prepared = prepare(config, embeddings=emb, workdir=workdir, vocab_words=vocab_words)
+        else:
+            prepared = prepare(config, workdir=workdir)
+    except BaseException:  # bad embeddings or vocabulary: leave no index directory behind
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     prep_s = time.perf_counter() - t0
 
     job_key = new_job_key(config.seed)
