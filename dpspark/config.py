@@ -48,6 +48,7 @@ class PerturbConfig(BaseModel):
     seed: int | None = None
     master: str | None = None
     batch_rows: int = Field(default=10_000, ge=1)
+    partitions: int | None = Field(default=None, ge=1)
 
     @field_validator("epsilon")
     @classmethod

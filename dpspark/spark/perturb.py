@@ -116,6 +116,7 @@ def _transform(
     """The perturbed DataFrame with the hidden per-row count columns appended."""
     c = prepared.config
     _check_input(df, c.columns)
+    df = _balance(df, c.partitions, spark)
     bundle = _ship(spark, prepared)
     columns, keep = list(c.columns), c.keep_original
 
@@ -127,6 +128,23 @@ def _transform(
         fields += [T.StructField(f"{col}_original", T.StringType(), True) for col in columns]
     fields += [T.StructField(_COUNT_PREFIX + n, T.LongType(), False) for n in COUNT_NAMES]
     return df.mapInArrow(perturb_batches, T.StructType(fields))
+
+
+def _balance(df: DataFrame, partitions: int | None, spark: SparkSession) -> DataFrame:
+    """Spread the rows over enough tasks to keep every core busy.
+
+    The mechanism costs tens of microseconds per token, so a small Parquet input read as
+    one or two splits would leave cores idle. With ``partitions`` unset, inputs with fewer
+    than 2 partitions per core are round-robin repartitioned to 4 per core (Spark sorts
+    before a round-robin repartition, so a retried task sees the same rows and, keyed by
+    partition and batch, draws the same noise). Row order is not preserved then.
+    """
+    cores = spark.sparkContext.defaultParallelism
+    if partitions is not None:
+        return df.repartition(partitions)
+    if df.rdd.getNumPartitions() < 2 * cores:
+        return df.repartition(4 * cores)
+    return df
 
 
 def _drop_counts(df: DataFrame) -> DataFrame:
