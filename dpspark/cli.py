@@ -46,7 +46,11 @@ def _perturb_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-size", dest="vocab_size", type=int, help="output vocabulary: first N words (50000)")
     p.add_argument("--vocab-file", dest="vocab_file", help="output vocabulary: a public word list, one per line")
     p.add_argument(
-        "--vocab-from-corpus", dest="vocab_from_corpus", type=_bool, nargs="?", const=True,
+        "--vocab-from-corpus",
+        dest="vocab_from_corpus",
+        type=_bool,
+        nargs="?",
+        const=True,
         help="derive the vocabulary from the input (publishes its frequent words; warned)",
     )
     p.add_argument("--nn", help="nearest-neighbour search: exact (default) or annoy")
@@ -56,7 +60,11 @@ def _perturb_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--oov", help=f"out-of-vocabulary policy: {', '.join(OOV_POLICIES)} (default unk)")
     p.add_argument("--oov-token", dest="oov_token", help="placeholder of the unk policy ([UNK])")
     p.add_argument(
-        "--keep-original", dest="keep_original", type=_bool, nargs="?", const=True,
+        "--keep-original",
+        dest="keep_original",
+        type=_bool,
+        nargs="?",
+        const=True,
         help="also write the raw text as COL_original (opt-in: it is not private)",
     )
     p.add_argument("--mode", help="error (default) or overwrite when the output exists")

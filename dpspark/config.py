@@ -107,7 +107,9 @@ def _describe(exc: ValidationError) -> str:
         field = ".".join(str(p) for p in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "missing":
-            msg = "is required" + (" (choose the privacy level explicitly, e.g. --epsilon 10)" if field == "epsilon" else "")
+            msg = "is required" + (
+                " (choose the privacy level explicitly, e.g. --epsilon 10)" if field == "epsilon" else ""
+            )
         elif err["type"] == "extra_forbidden":
             msg = "is not a known setting"
         value = err.get("input")

@@ -188,7 +188,9 @@ def _parse_parquet(path: Path) -> tuple[list[str], np.ndarray]:
     lengths = np.asarray(vec_col.value_lengths())
     if len(lengths) and (lengths != lengths[0]).any():
         row = int(np.argmax(lengths != lengths[0]))
-        raise EmbeddingError(f"embeddings {path}: vector of row {row + 1} has {lengths[row]} values, expected {lengths[0]}")
+        raise EmbeddingError(
+            f"embeddings {path}: vector of row {row + 1} has {lengths[row]} values, expected {lengths[0]}"
+        )
     vectors = np.asarray(vec_col.flatten(), dtype=np.float64).reshape(len(words), -1)
     return words, vectors
 

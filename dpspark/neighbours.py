@@ -123,7 +123,9 @@ class AnnoyIndex:
         # annoy has no batch query: one C++ call per point (this is annoy's cost, not ours).
         get = self._index.get_nns_by_vector
         k = self.search_k
-        return np.fromiter((get(p, 1, search_k=k)[0] for p in np.asarray(points, dtype=np.float32)), np.int64, len(points))
+        return np.fromiter(
+            (get(p, 1, search_k=k)[0] for p in np.asarray(points, dtype=np.float32)), np.int64, len(points)
+        )
 
 
 def recall_at_1(index: NeighbourIndex, reference: NeighbourIndex, points: np.ndarray) -> float:

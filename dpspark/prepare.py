@@ -88,7 +88,11 @@ class Prepared:
             "euclidean_epsilon_bound": g.euclidean_epsilon(c.epsilon),
             "xi_min": g.xi_min,
             "guarantee": guarantee_text(c.epsilon, g),
-            "embeddings": {"name": self.embeddings.name, "sha256": self.embeddings.sha256, "words": len(self.embeddings)},
+            "embeddings": {
+                "name": self.embeddings.name,
+                "sha256": self.embeddings.sha256,
+                "words": len(self.embeddings),
+            },
             "dimension": self.embeddings.dim,
             "vocabulary": {
                 "size": int(len(self.vocab_rows)),
@@ -172,7 +176,9 @@ def prepare(
         if workdir is None:
             raise ValueError("an annoy index needs a working directory for its file")
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        index = AnnoyIndex.build(emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k)
+        index = AnnoyIndex.build(
+            emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k
+        )
     timings["index_build_s"] = time.perf_counter() - t0
 
     recall, n_q = None, 0
@@ -192,7 +198,9 @@ def prepare(
                 "annoy agrees with exact search on %.1f%% of noisy queries at epsilon=%g (bar: %.0f%%); "
                 "outputs stay private but utility and Nw/Sw statistics are distorted: use --nn exact or raise "
                 "--annoy-search-k",
-                100 * recall, config.epsilon, 100 * AGREEMENT_BAR,
+                100 * recall,
+                config.epsilon,
+                100 * AGREEMENT_BAR,
             )
     return Prepared(config, emb, rows, geo, index, recall, n_q, timings)
 

@@ -165,5 +165,3 @@ class TextPerturber:
     def perturb_texts(self, texts: list[str | None], rng: np.random.Generator) -> list[str | None]:
         """Convenience for plain Python lists (tests, notebooks)."""
         return self.perturb_array(pa.array(texts, type=pa.string()), rng)[0].to_pylist()
-
-

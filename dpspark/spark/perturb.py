@@ -23,7 +23,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +110,7 @@ def _ship(spark: SparkSession, prepared: Prepared) -> str:
     return name
 
 
-def _transform(
-    df: DataFrame, prepared: Prepared, job_key: bytes, spark: SparkSession
-) -> DataFrame:
+def _transform(df: DataFrame, prepared: Prepared, job_key: bytes, spark: SparkSession) -> DataFrame:
     """The perturbed DataFrame with the hidden per-row count columns appended."""
     c = prepared.config
     _check_input(df, c.columns)
@@ -265,7 +263,7 @@ def run_perturb(config: PerturbConfig, spark: SparkSession | None = None) -> dic
             "dpspark_version": dpspark.__version__,
             "run_id": run_id,
             "status": "succeeded",
-            "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
+            "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
             "input": config.input,
             "output": output,
             "columns": list(config.columns),
@@ -289,7 +287,11 @@ def run_perturb(config: PerturbConfig, spark: SparkSession | None = None) -> dic
         raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    log.info(json.dumps({"event": "perturb_finished", "run_id": run_id, "counts": counts, "duration_s": manifest["duration_s"]}))
+    log.info(
+        json.dumps(
+            {"event": "perturb_finished", "run_id": run_id, "counts": counts, "duration_s": manifest["duration_s"]}
+        )
+    )
     return manifest
 
 

@@ -61,8 +61,21 @@ def test_manifest(spark, tmp_path):
         out = run_cli(tmp_path, "m", "--epsilon", "10", "--seed", "987654321")
     text = (out / "_dpspark_manifest.json").read_text()
     m = json.loads(text)
-    for key in ("dpspark_version", "mechanism", "epsilon", "lambda", "euclidean_epsilon_bound", "embeddings",
-                "dimension", "vocabulary", "nearest_neighbour", "counts", "duration_s", "status", "timings"):
+    for key in (
+        "dpspark_version",
+        "mechanism",
+        "epsilon",
+        "lambda",
+        "euclidean_epsilon_bound",
+        "embeddings",
+        "dimension",
+        "vocabulary",
+        "nearest_neighbour",
+        "counts",
+        "duration_s",
+        "status",
+        "timings",
+    ):
         assert key in m, key
     assert m["status"] == "succeeded" and m["mechanism"] == "mahalanobis" and m["lambda"] == 1.0
     assert m["euclidean_epsilon_bound"] == pytest.approx(10 / np.sqrt(m["xi_min"]))
@@ -106,8 +119,10 @@ def test_oov_never_verbatim_and_key_never_logged(spark, tmp_path, caplog, monkey
     pq.write_table(pa.table({"id": [1, 2], "text": ["call zqxwvkj at 555", "zqxwvkj zqxwvkj"]}), src)
     caplog.set_level(logging.DEBUG)
     out = tmp_path / "o"
-    assert main(["perturb", "--input", str(src), "--output", str(out), "--columns", "text", "--epsilon", "1000",
-                 *FAST]) == 0
+    assert (
+        main(["perturb", "--input", str(src), "--output", str(out), "--columns", "text", "--epsilon", "1000", *FAST])
+        == 0
+    )
     texts = [r["text"] for r in pq.read_table(out).to_pylist()]
     assert all("zqxwvkj" not in t for t in texts)
     logged = caplog.text + (out / "_dpspark_manifest.json").read_text()
@@ -122,8 +137,9 @@ def test_keep_original_is_opt_in(spark, tmp_path):
 
 
 def test_laplace_and_annoy_paths(spark, tmp_path):
-    out = run_cli(tmp_path, "l", "--epsilon", "40", "--mechanism", "laplace", "--nn", "annoy",
-                  "--recall-queries", "500")
+    out = run_cli(
+        tmp_path, "l", "--epsilon", "40", "--mechanism", "laplace", "--nn", "annoy", "--recall-queries", "500"
+    )
     m = json.loads((out / "_dpspark_manifest.json").read_text())
     assert m["lambda"] == 0.0 and m["euclidean_epsilon_bound"] == pytest.approx(40.0)
     nn = m["nearest_neighbour"]
@@ -134,6 +150,23 @@ def test_laplace_and_annoy_paths(spark, tmp_path):
 def test_overwrite_mode_replaces_output(spark, tmp_path):
     out = run_cli(tmp_path, "w", "--epsilon", "10")
     (out / "marker").write_text("old")
-    assert main(["perturb", "--input", str(SAMPLE), "--output", str(out), "--columns", "text", "--epsilon", "10",
-                 "--mode", "overwrite", *FAST]) == 0
+    assert (
+        main(
+            [
+                "perturb",
+                "--input",
+                str(SAMPLE),
+                "--output",
+                str(out),
+                "--columns",
+                "text",
+                "--epsilon",
+                "10",
+                "--mode",
+                "overwrite",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     assert not (out / "marker").exists() and (out / "_dpspark_manifest.json").exists()
