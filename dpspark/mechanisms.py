@@ -22,6 +22,8 @@ import numpy as np
 from dpspark.errors import ConfigError
 from dpspark.neighbours import NeighbourIndex
 
+CHUNK = 8192
+
 
 def check_epsilon(epsilon: float) -> float:
     """Validate ε > 0 and finite."""
@@ -45,10 +47,10 @@ def sample_noise(n: int, dim: int, epsilon: float, rng: np.random.Generator, a: 
         a: A = (λΣ+(1−λ)I)^½, or None for A = I (Laplace).
     """
     epsilon = check_epsilon(epsilon)
-    direction = rng.standard_normal((n, dim))
-    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    z = rng.standard_normal((n, dim))
     radius = rng.gamma(shape=dim, scale=1.0 / epsilon, size=n)
-    z = direction * radius[:, None]
+    # In place: X = N/‖N‖ scaled by Y, without temporaries of the size of N.
+    z *= (radius / np.sqrt(np.einsum("ij,ij->i", z, z)))[:, None]
     return z if a is None else z @ a.T
 
 
@@ -77,12 +79,19 @@ class WordMechanism:
         return int(self.vectors.shape[1])
 
     def perturb_rows(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Perturb embedding rows; return positions in the output vocabulary (one per input)."""
+        """Perturb embedding rows; return positions in the output vocabulary (one per input).
+
+        Works in chunks of CHUNK tokens: large enough for efficient BLAS calls, small
+        enough that the noise and the noisy points stay in cache.
+        """
         rows = np.asarray(rows, dtype=np.int64)
-        if rows.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        noisy = self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, self.a)
-        return self.index.query(noisy)
+        out = np.empty(rows.size, dtype=np.int64)
+        for start in range(0, rows.size, CHUNK):
+            part = rows[start : start + CHUNK]
+            noisy = sample_noise(len(part), self.dim, self.epsilon, rng, self.a)
+            noisy += self.vectors[part]
+            out[start : start + CHUNK] = self.index.query(noisy)
+        return out
 
     def noisy_points(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Noisy vectors for measuring an index against exact search (driver only, never released)."""

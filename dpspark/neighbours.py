@@ -12,7 +12,8 @@ Exact search is a blocked, fused float32 GEMM:
 argmin ‖x − v‖² = argmax (v·x − ‖x‖²/2), and the −‖x‖²/2 term is folded into the
 matrix product as one extra column (queries get a constant 1), so each block of
 scores is one BLAS call followed by one argmax pass, on blocks small enough to stay
-in cache (1,024 queries × 1,024 words = 4 MiB). Answers equal the float64 argmin
+in cache (512 queries × 2,048 words = 4 MiB; the fastest shape measured on 2 cores with
+50,000 and 400,000 words). Answers equal the float64 argmin
 except at ties within float32 rounding (relative 1e-6), where either word is exact.
 """
 
@@ -23,8 +24,8 @@ from typing import Protocol
 
 import numpy as np
 
-QUERY_BLOCK = 1024
-WORD_BLOCK = 1024
+QUERY_BLOCK = 512
+WORD_BLOCK = 2048
 
 
 class NeighbourIndex(Protocol):

@@ -170,3 +170,18 @@ def test_overwrite_mode_replaces_output(spark, tmp_path):
         == 0
     )
     assert not (out / "marker").exists() and (out / "_dpspark_manifest.json").exists()
+
+
+def test_vocabulary_from_corpus_is_explicit_and_warned(spark, tmp_path, caplog):
+    src = tmp_path / "in.parquet"
+    corpus = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog"] * 40
+    pq.write_table(pa.table({"id": list(range(len(corpus))), "text": corpus}), src)
+    out = tmp_path / "o"
+    args = ["perturb", "--input", str(src), "--output", str(out), "--columns", "text", "--epsilon", "5"]
+    with caplog.at_level(logging.WARNING, logger="dpspark"):
+        assert main([*args, "--vocab-from-corpus", "--vocab-size", "100", "--quiet"]) == 0
+    assert "derived from the private corpus" in caplog.text
+    words = {w for r in pq.read_table(out).to_pylist() for w in r["text"].split()}
+    assert words <= set(" ".join(corpus).split())
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert "data-dependent" in m["vocabulary"]["source"] and m["vocabulary"]["size"] == 9

@@ -17,7 +17,7 @@ def brute_force_distances(vectors, queries):
     return ((q[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
 
 
-@pytest.mark.parametrize("epsilon", [5.0, 10.0, 40.0])
+@pytest.mark.parametrize("epsilon", [5.0, 10.0, 20.0, 40.0])
 def test_exact_search_equals_brute_force_argmin(vocab, epsilon):
     rng = np.random.default_rng(0)
     # More queries and words than one block, and sizes that are not multiples of it.
