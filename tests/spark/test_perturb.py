@@ -172,16 +172,18 @@ def test_overwrite_mode_replaces_output(spark, tmp_path):
     assert not (out / "marker").exists() and (out / "_dpspark_manifest.json").exists()
 
 
-def test_vocabulary_from_corpus_is_explicit_and_warned(spark, tmp_path, caplog):
+def test_vocabulary_from_corpus_is_explicit_and_warned(spark, tmp_path, caplog, glove):
     src = tmp_path / "in.parquet"
-    corpus = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog"] * 40
+    pool = [w for w in glove.words[200:600] if w.isalpha()][:120]
+    rng = np.random.default_rng(0)
+    corpus = [" ".join(rng.choice(pool, 12)) for _ in range(200)]
     pq.write_table(pa.table({"id": list(range(len(corpus))), "text": corpus}), src)
     out = tmp_path / "o"
     args = ["perturb", "--input", str(src), "--output", str(out), "--columns", "text", "--epsilon", "5"]
     with caplog.at_level(logging.WARNING, logger="dpspark"):
-        assert main([*args, "--vocab-from-corpus", "--vocab-size", "100", "--quiet"]) == 0
+        assert main([*args, "--vocab-from-corpus", "--vocab-size", "80", "--quiet"]) == 0
     assert "derived from the private corpus" in caplog.text
     words = {w for r in pq.read_table(out).to_pylist() for w in r["text"].split()}
     assert words <= set(" ".join(corpus).split())
     m = json.loads((out / "_dpspark_manifest.json").read_text())
-    assert "data-dependent" in m["vocabulary"]["source"] and m["vocabulary"]["size"] == 9
+    assert "data-dependent" in m["vocabulary"]["source"] and m["vocabulary"]["size"] == 80
