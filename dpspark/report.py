@@ -1,0 +1,136 @@
+"""Tables and plots of the privacy statistics, laid out like Xu et al. (2020) Tables 1–4
+(rows λ, columns ε) and Figs. 2–5 (percentiles against ε, one line per λ), plus the
+Nw/Sw histograms of Feyisetan et al. (2020) Fig. 2."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from dpspark.stats import PERCENTILES, summarise
+
+
+def grid(table: pa.Table) -> dict[tuple[float, float], tuple[np.ndarray, np.ndarray, int]]:
+    """(ε, λ) → (Nw per word, Sw per word, K) from a per_word table."""
+    e = np.asarray(table.column("epsilon")), np.asarray(table.column("lambda"))
+    nw, sw, runs = (np.asarray(table.column(c)) for c in ("nw", "sw", "runs"))
+    out = {}
+    for key in sorted(set(zip(e[0].tolist(), e[1].tolist()))):
+        m = (e[0] == key[0]) & (e[1] == key[1])
+        out[key] = (nw[m], sw[m], int(runs[m][0]))
+    return out
+
+
+def summary_rows(table: pa.Table) -> list[dict]:
+    return [
+        {"epsilon": e, "lambda": lam, "runs": k, **summarise(nw, sw)} for (e, lam), (nw, sw, k) in grid(table).items()
+    ]
+
+
+def write_summary(table: pa.Table, out_dir: Path) -> list[dict]:
+    """Write summary.csv (one row per (ε, λ)) and summary.md (Tables like Xu et al.)."""
+    rows = summary_rows(table)
+    with open(out_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    eps = sorted({r["epsilon"] for r in rows})
+    lams = sorted({r["lambda"] for r in rows})
+    by = {(r["epsilon"], r["lambda"]): r for r in rows}
+    k = rows[0]["runs"]
+    words = rows[0]["words"]
+
+    def table_md(title: str, cell) -> list[str]:  # noqa: ANN001
+        lines = [
+            f"### {title}",
+            "",
+            "| λ \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
+            "|---|" + "---|" * len(eps),
+        ]
+        for lam in lams:
+            lines.append(f"| {lam:g} | " + " | ".join(cell(by[(e, lam)]) for e in eps) + " |")
+        return [*lines, ""]
+
+    md = [f"# Privacy statistics: {words} words, K = {k} runs each", ""]
+    md += table_md(
+        "Nw: mean ± std (95% CI of the mean)",
+        lambda r: f"{r['nw_mean']:.2f} ± {r['nw_std']:.2f} ({r['nw_ci_low']:.2f}–{r['nw_ci_high']:.2f})",
+    )
+    md += table_md(
+        "Sw: mean ± std (95% CI of the mean)",
+        lambda r: f"{r['sw_mean']:.2f} ± {r['sw_std']:.2f} ({r['sw_ci_low']:.2f}–{r['sw_ci_high']:.2f})",
+    )
+    md += table_md("Nw percentiles 5 / 50 / 95", lambda r: " / ".join(f"{r[f'nw_p{p}']:g}" for p in PERCENTILES))
+    md += table_md("Sw percentiles 5 / 50 / 95", lambda r: " / ".join(f"{r[f'sw_p{p}']:g}" for p in PERCENTILES))
+    md += table_md("Worst case: max Nw / min Sw", lambda r: f"{r['nw_max']:g} / {r['sw_min']:g}")
+    md += [
+        "Smaller Nw (the word survives less often) and larger Sw (it turns into more distinct words) "
+        "mean more plausible deniability.",
+        "",
+    ]
+    (out_dir / "summary.md").write_text("\n".join(md), encoding="utf-8")
+    return rows
+
+
+def write_plots(table: pa.Table, out_dir: Path) -> list[str]:
+    """percentiles.png (Nw and Sw percentiles vs ε per λ) and histograms.png (per ε, per λ)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g = grid(table)
+    eps = sorted({e for e, _ in g})
+    lams = sorted({lam for _, lam in g})
+    fig, axes = plt.subplots(2, len(PERCENTILES), figsize=(4 * len(PERCENTILES), 7), squeeze=False)
+    for row, (name, idx) in enumerate((("Nw", 0), ("Sw", 1))):
+        for col, p in enumerate(PERCENTILES):
+            ax = axes[row][col]
+            for lam in lams:
+                ax.plot(eps, [np.percentile(g[(e, lam)][idx], p) for e in eps], marker="o", label=f"λ={lam:g}")
+            ax.set_xlabel("ε")
+            ax.set_title(f"{name}, {p}th percentile")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "percentiles.png", dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(2, len(eps), figsize=(3.2 * len(eps), 6), squeeze=False)
+    k = next(iter(g.values()))[2]
+    for col, e in enumerate(eps):
+        for row, (name, idx) in enumerate((("Nw", 0), ("Sw", 1))):
+            ax = axes[row][col]
+            for lam in lams:
+                ax.hist(g[(e, lam)][idx], bins=np.linspace(0, k, 21), alpha=0.45, label=f"λ={lam:g}")
+            ax.set_title(f"{name} at ε={e:g}")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "histograms.png", dpi=110)
+    plt.close(fig)
+    return ["percentiles.png", "histograms.png"]
+
+
+def calibration_md(result: dict, bounds_text: str) -> str:
+    lines = ["# Calibration", "", f"Bounds: {bounds_text}.", ""]
+    for r in result["per_lambda"]:
+        chosen = "none" if r["epsilon"] is None else f"{r['epsilon']:g}"
+        lines.append(f"## λ = {r['lambda']:g}: largest ε meeting the bounds = {chosen}")
+        lines.append("")
+        lines.append("| ε | Nw statistic | Sw statistic | K | meets |")
+        lines.append("|---|---|---|---|---|")
+        for c in r["checked"]:
+            lines.append(
+                f"| {c['epsilon']:g} | {c['nw_stat']:g} | {c['sw_stat']:g} | {c['runs']} | "
+                + ("yes |" if c["met"] else "no |")
+            )
+        lines.append("")
+    best = result["best"]
+    if best is None:
+        lines.append("**No ε in the grid meets these bounds for any λ.** Try smaller ε values or looser bounds.")
+    else:
+        lines.append(f"**Choice: λ = {best['lambda']:g}, ε = {best['epsilon']:g}** — the λ that admits the largest ε.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,210 @@
+"""Plausible-deniability statistics Nw and Sw, their summaries, and calibration of ε and λ.
+
+Feyisetan et al. (2020) §3.2–4.1 and Xu et al. (2020) §5.1: run the mechanism K
+times on a word w; Nw = #{runs with output w} (how often it survives), Sw = #{distinct
+outputs} (how many words it hides among). Smaller Nw and larger Sw mean more plausible
+deniability. Calibration picks, for each λ, the largest ε whose worst case (or a chosen
+percentile) still meets the user's bounds, and the λ that admits the largest ε.
+
+Work is cut into *items* (ε, λ, a chunk of words, a block of runs). Item i draws its
+noise from ``batch_generator(job key, i, 0)``, so the distributed computation and the
+plain numpy one (``compute_counts``) give identical numbers for the same key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpspark.errors import ConfigError, EmbeddingError
+from dpspark.geometry import check_lambda
+from dpspark.mechanisms import WordMechanism, check_epsilon
+from dpspark.neighbours import NeighbourIndex
+from dpspark.rng import batch_generator
+
+PERCENTILES = (5, 50, 95)
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One unit of work: ``runs`` draws of each word in ``rows`` at (epsilon, lam)."""
+
+    item: int
+    epsilon: float
+    lam: float
+    rows: tuple[int, ...]
+    runs: int
+
+
+def validate_grid(epsilons: list[float], lambdas: list[float], runs: int) -> None:
+    if not epsilons:
+        raise ConfigError("epsilons: the grid is empty; give at least one ε, e.g. --epsilons 1,5,10,20,40")
+    if not lambdas:
+        raise ConfigError("lambdas: the grid is empty; give at least one λ, e.g. --lambdas 0,1")
+    for e in epsilons:
+        check_epsilon(e)
+    for lam in lambdas:
+        check_lambda(lam)
+    if runs < 2:
+        raise ConfigError(f"runs: K must be at least 2 to say anything about Nw and Sw, got {runs}")
+
+
+def plan(
+    epsilons: list[float],
+    lambdas: list[float],
+    rows: np.ndarray,
+    runs: int,
+    words_per_item: int = 50,
+    runs_per_item: int | None = None,
+) -> list[WorkItem]:
+    """Cut the grid × words × runs into items (deterministic order: the item number keys the noise)."""
+    validate_grid(epsilons, lambdas, runs)
+    block = runs if runs_per_item is None else max(1, min(runs, runs_per_item))
+    items: list[WorkItem] = []
+    for e in epsilons:
+        for lam in lambdas:
+            for s in range(0, len(rows), words_per_item):
+                chunk = tuple(int(r) for r in rows[s : s + words_per_item])
+                for r0 in range(0, runs, block):
+                    items.append(WorkItem(len(items), float(e), float(lam), chunk, min(block, runs - r0)))
+    return items
+
+
+def item_counts(
+    item: WorkItem, job_key: bytes, vectors: np.ndarray, vocab_rows: np.ndarray, a: np.ndarray, index: NeighbourIndex
+) -> list[tuple[tuple[float, float, int, int], int]]:
+    """Draw one item and return ((ε, λ, word row, output row), count) pairs.
+
+    All K·n draws of the item are one vectorized call: each word's K noisy copies are
+    rows of one batch of queries for the blocked exact search.
+    """
+    mech = WordMechanism(vectors, vocab_rows, item.epsilon, a, index)
+    rows = np.asarray(item.rows, dtype=np.int64)
+    rng = batch_generator(job_key, item.item, 0)
+    out = vocab_rows[mech.perturb_rows(np.repeat(rows, item.runs), rng)]
+    src = np.repeat(rows, item.runs)
+    pairs, counts = np.unique(np.stack([src, out]), axis=1, return_counts=True)
+    return [((item.epsilon, item.lam, int(w), int(o)), int(c)) for (w, o), c in zip(pairs.T, counts)]
+
+
+def per_word(counts: dict[tuple[float, float, int, int], int]) -> dict[tuple[float, float, int], tuple[int, int, int]]:
+    """From ((ε, λ, w, ŵ) → count) to ((ε, λ, w) → (Nw, Sw, runs))."""
+    result: dict[tuple[float, float, int], list[int]] = {}
+    for (e, lam, w, o), c in counts.items():
+        acc = result.setdefault((e, lam, w), [0, 0, 0])
+        acc[0] += c if o == w else 0
+        acc[1] += 1
+        acc[2] += c
+    return {k: (v[0], v[1], v[2]) for k, v in result.items()}
+
+
+def compute_counts(
+    items: list[WorkItem],
+    job_key: bytes,
+    vectors: np.ndarray,
+    vocab_rows: np.ndarray,
+    a_by_lambda: dict[float, np.ndarray],
+    index: NeighbourIndex,
+) -> dict[tuple[float, float, int, int], int]:
+    """The plain numpy computation (reference for the Spark job, and small runs)."""
+    total: dict[tuple[float, float, int, int], int] = {}
+    for it in items:
+        for key, c in item_counts(it, job_key, vectors, vocab_rows, a_by_lambda[it.lam], index):
+            total[key] = total.get(key, 0) + c
+    return total
+
+
+def sample_words(vocab_rows: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+    """The stated rule: n vocabulary words drawn uniformly without replacement with
+    numpy.random.default_rng(seed), sorted by embedding row. Public data, public seed."""
+    if n < 1:
+        raise ConfigError(f"words: need at least one word, got {n}")
+    if n >= len(vocab_rows):
+        return np.sort(vocab_rows)
+    return np.sort(np.random.default_rng(seed).choice(vocab_rows, n, replace=False))
+
+
+def rows_of_words(words: list[str], index: dict[str, int], vocab_rows: np.ndarray) -> np.ndarray:
+    """Embedding rows of ``words``; every word must be in the output vocabulary."""
+    in_vocab = set(int(r) for r in vocab_rows)
+    rows, unknown = [], []
+    for w in words:
+        r = index.get(w, -1)
+        (rows if r in in_vocab else unknown).append(r if r in in_vocab else w)
+    if unknown:
+        raise EmbeddingError(
+            f"{len(unknown)} words of the word list are not in the vocabulary (first: {unknown[:5]}); "
+            "remove them or enlarge the vocabulary (--vocab-size / --vocab-file)"
+        )
+    return np.array(sorted(set(rows)), dtype=np.int64)
+
+
+def summarise(nw: np.ndarray, sw: np.ndarray) -> dict[str, float]:
+    """Mean ± std, the 5/50/95th percentiles, worst case, and the 95% CI of the mean, for Nw and Sw."""
+    out: dict[str, float] = {"words": int(len(nw))}
+    for name, x in (("nw", np.asarray(nw, float)), ("sw", np.asarray(sw, float))):
+        mean, std = float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else 0.0
+        half = 1.959964 * std / math.sqrt(len(x))  # normal approximation; n is hundreds of words
+        out.update(
+            {f"{name}_mean": mean, f"{name}_std": std, f"{name}_ci_low": mean - half, f"{name}_ci_high": mean + half}
+        )
+        for p in PERCENTILES:
+            out[f"{name}_p{p}"] = float(np.percentile(x, p))
+    out["nw_max"] = float(np.max(nw))
+    out["sw_min"] = float(np.min(sw))
+    return out
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """User bounds: Nw ≤ max_nw_fraction·K and Sw ≥ min_sw at the given percentile (100 = worst case)."""
+
+    max_nw_fraction: float | None = 0.5
+    min_sw: float | None = None
+    percentile: float = 100.0
+
+    def __post_init__(self) -> None:
+        if self.max_nw_fraction is None and self.min_sw is None:
+            raise ConfigError("give at least one bound: --max-nw-fraction and/or --min-sw")
+        if self.max_nw_fraction is not None and not 0 <= self.max_nw_fraction <= 1:
+            raise ConfigError(f"max-nw-fraction must be in [0, 1], got {self.max_nw_fraction}")
+        if not 0 < self.percentile <= 100:
+            raise ConfigError(f"percentile must be in (0, 100], got {self.percentile}")
+
+    def statistic(self, nw: np.ndarray, sw: np.ndarray) -> tuple[float, float]:
+        """(Nw at the percentile, Sw at the mirrored percentile): the worst case when percentile = 100."""
+        return float(np.percentile(nw, self.percentile)), float(np.percentile(sw, 100 - self.percentile))
+
+    def met(self, nw: np.ndarray, sw: np.ndarray, runs: int) -> bool:
+        n, s = self.statistic(nw, sw)
+        ok_nw = self.max_nw_fraction is None or n <= self.max_nw_fraction * runs
+        ok_sw = self.min_sw is None or s >= self.min_sw
+        return ok_nw and ok_sw
+
+
+def calibrate(table: dict[tuple[float, float], tuple[np.ndarray, np.ndarray, int]], bounds: Bounds) -> dict:
+    """For each λ the largest ε of the grid meeting ``bounds``; the λ admitting the largest ε.
+
+    Args:
+        table: (ε, λ) → (Nw per word, Sw per word, K).
+
+    Returns a dict with ``per_lambda`` rows (λ, ε or None, the statistics behind it) and
+    ``best`` (None when no (ε, λ) of the grid meets the bounds).
+    """
+    rows = []
+    for lam in sorted({lam for _, lam in table}):
+        checked = []
+        for e in sorted(e for e, l2 in table if l2 == lam):
+            nw, sw, runs = table[(e, lam)]
+            n, s = bounds.statistic(nw, sw)
+            checked.append({"epsilon": e, "nw_stat": n, "sw_stat": s, "runs": runs, "met": bounds.met(nw, sw, runs)})
+        ok = [c for c in checked if c["met"]]
+        rows.append({"lambda": lam, "epsilon": ok[-1]["epsilon"] if ok else None, "checked": checked})
+    feasible = [r for r in rows if r["epsilon"] is not None]
+    best = max(feasible, key=lambda r: (r["epsilon"], r["lambda"])) if feasible else None
+    return {
+        "per_lambda": rows,
+        "best": None if best is None else {"lambda": best["lambda"], "epsilon": best["epsilon"]},
+    }
