@@ -1,0 +1,136 @@
+"""The privacy-stats and calibrate commands on a real local[2] session."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dpspark.cli import main
+from dpspark.embeddings import select_vocabulary
+from dpspark.geometry import geometry
+from dpspark.neighbours import ExactIndex
+from dpspark.rng import SeededRunWarning, new_job_key
+from dpspark.spark.stats import save_bundle, spark_per_word
+from dpspark.stats import compute_counts, per_word, plan, sample_words
+
+pytestmark = pytest.mark.spark
+
+SMALL = ["--vocab-size", "2000", "--words", "40", "--runs", "20"]
+
+
+def stats_cli(out, *extra):
+    with pytest.warns(SeededRunWarning):
+        return main(["privacy-stats", "--output", str(out), "--seed", "11", *SMALL, *extra])
+
+
+def test_spark_equals_plain_numpy(spark, glove, tmp_path):
+    vocab = select_vocabulary(glove, 300)
+    a_by = {lam: geometry(glove.vectors[vocab], lam).a for lam in (0.0, 1.0)}
+    items = plan([3.0, 20.0], [0.0, 1.0], sample_words(vocab, 25), runs=12, words_per_item=7, runs_per_item=5)
+    with pytest.warns(SeededRunWarning):
+        key = new_job_key(5)
+    expected = per_word(compute_counts(items, key, glove.vectors, vocab, a_by, ExactIndex(glove.vectors[vocab])))
+    save_bundle(tmp_path / "b", glove, vocab, a_by, None)
+    spark.sparkContext.addFile(str(tmp_path / "b"), recursive=True)
+    got = spark_per_word(spark, items, key, "b")
+    assert got == expected
+    assert all(v[2] == 12 for v in got.values()) and len(got) == 2 * 2 * 25
+
+
+def test_privacy_stats_outputs(spark, tmp_path):
+    out = tmp_path / "s"
+    assert stats_cli(out, "--epsilons", "2,10,40", "--lambdas", "0,1") == 0
+    for f in (
+        "per_word.parquet",
+        "summary.csv",
+        "summary.md",
+        "percentiles.png",
+        "histograms.png",
+        "_dpspark_manifest.json",
+    ):
+        assert (out / f).is_file(), f
+    t = pq.read_table(out / "per_word.parquet")
+    assert t.column_names == ["epsilon", "lambda", "word", "rank", "nw", "sw", "runs"]
+    assert t.num_rows == 3 * 2 * 40
+    nw = np.asarray(t.column("nw"))
+    sw = np.asarray(t.column("sw"))
+    assert ((0 <= nw) & (nw <= 20)).all() and ((1 <= sw) & (sw <= 20)).all()
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["draws"] == 3 * 2 * 40 * 20 and "default_rng(0)" in m["word_rule"] and "11" not in json.dumps(m["seeded"])
+    md = (out / "summary.md").read_text()
+    assert "| λ \\ ε | 2 | 10 | 40 |" in md
+
+
+def test_calibrated_epsilon_holds_in_a_fresh_run(spark, tmp_path):
+    out = tmp_path / "s"
+    assert stats_cli(out, "--epsilons", "1,3,6,10,20,40", "--lambdas", "0,1") == 0
+    # Median bound: robust to the resampling of a fresh run.
+    assert main(["calibrate", "--stats", str(out), "--max-nw-fraction", "0.5", "--percentile", "50"]) == 0
+    result = json.loads((out / "calibration.json").read_text())
+    best = result["best"]
+    assert best is not None and (out / "calibration.md").is_file()
+    fresh = tmp_path / "fresh"
+    with pytest.warns(SeededRunWarning):
+        assert (
+            main(
+                [
+                    "privacy-stats",
+                    "--output",
+                    str(fresh),
+                    "--seed",
+                    "999",
+                    "--vocab-size",
+                    "2000",
+                    "--words",
+                    "40",
+                    "--runs",
+                    "20",
+                    "--epsilons",
+                    str(best["epsilon"]),
+                    "--lambdas",
+                    str(best["lambda"]),
+                ]
+            )
+            == 0
+        )
+    nw = np.asarray(pq.read_table(fresh / "per_word.parquet").column("nw"))
+    assert np.percentile(nw, 50) <= 0.5 * 20
+
+
+def test_calibrate_says_when_no_epsilon_meets_the_bounds(spark, tmp_path, capsys):
+    out = tmp_path / "s"
+    assert stats_cli(out, "--epsilons", "40", "--lambdas", "0") == 0
+    assert main(["calibrate", "--stats", str(out), "--max-nw-fraction", "0.01"]) == 6
+    assert "no ε in range meets these bounds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        (["--epsilons", ""], 2, "grid is empty"),
+        (["--lambdas", ""], 2, "grid is empty"),
+        (["--runs", "1"], 2, "at least 2"),
+        (["--epsilons", "0,5"], 2, "positive"),
+        (["--lambdas", "0,1.5"], 2, "[0, 1]"),
+    ],
+)
+def test_bad_input(spark, tmp_path, capsys, args, code, message):
+    out = tmp_path / "s"
+    assert main(["privacy-stats", "--output", str(out), "--vocab-size", "2000", "--words", "10", *args]) == code
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_unknown_words_and_existing_output(spark, tmp_path, capsys):
+    words = tmp_path / "w.txt"
+    words.write_text("the\nzqxwvkj\n")
+    out = tmp_path / "s"
+    assert main(["privacy-stats", "--output", str(out), "--word-list", str(words), "--vocab-size", "2000"]) == 4
+    assert "zqxwvkj" in capsys.readouterr().err and not out.exists()
+    out.mkdir()
+    (out / "keep").write_text("x")
+    assert main(["privacy-stats", "--output", str(out), "--vocab-size", "2000"]) == 5
+    assert "already exists" in capsys.readouterr().err and [p.name for p in out.iterdir()] == ["keep"]

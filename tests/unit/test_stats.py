@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpspark.errors import ConfigError, EmbeddingError
+from dpspark.geometry import geometry
+from dpspark.neighbours import ExactIndex
+from dpspark.stats import Bounds, calibrate, compute_counts, per_word, plan, rows_of_words, sample_words, summarise
+
+
+def test_per_word_counts_nw_and_sw():
+    counts = {(1.0, 0.0, 7, 7): 5, (1.0, 0.0, 7, 3): 2, (1.0, 0.0, 7, 9): 3, (1.0, 0.0, 3, 9): 10}
+    assert per_word(counts) == {(1.0, 0.0, 7): (5, 3, 10), (1.0, 0.0, 3): (0, 1, 10)}
+
+
+def test_summary_statistics():
+    nw, sw = np.array([0, 10, 20, 30]), np.array([40, 30, 20, 10])
+    s = summarise(nw, sw)
+    assert s["nw_mean"] == 15 and s["nw_max"] == 30 and s["sw_min"] == 10
+    assert s["nw_std"] == pytest.approx(np.std(nw, ddof=1))
+    half = 1.959964 * np.std(nw, ddof=1) / 2
+    assert s["nw_ci_low"] == pytest.approx(15 - half) and s["nw_ci_high"] == pytest.approx(15 + half)
+    assert s["sw_p50"] == 25
+
+
+def test_plan_covers_every_draw_once():
+    items = plan([1.0, 5.0], [0.0, 1.0], np.arange(7), runs=10, words_per_item=3, runs_per_item=4)
+    assert [it.item for it in items] == list(range(len(items)))
+    total = {}
+    for it in items:
+        for w in it.rows:
+            total[(it.epsilon, it.lam, w)] = total.get((it.epsilon, it.lam, w), 0) + it.runs
+    assert set(total.values()) == {10} and len(total) == 2 * 2 * 7
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"epsilons": []}, {"lambdas": []}, {"runs": 1}, {"epsilons": [0.0]}, {"lambdas": [1.5]}]
+)
+def test_plan_rejects_bad_grids(kwargs):
+    args = {"epsilons": [1.0], "lambdas": [0.0], "rows": np.arange(3), "runs": 5, **kwargs}
+    with pytest.raises(ConfigError):
+        plan(**args)
+
+
+def test_sample_rule_is_public_and_stable():
+    rows = np.arange(1000)
+    a, b = sample_words(rows, 50, 0), sample_words(rows, 50, 0)
+    np.testing.assert_array_equal(a, b)
+    assert len(np.unique(a)) == 50 and (np.diff(a) > 0).all()
+
+
+def test_word_list_with_unknown_words(glove):
+    with pytest.raises(EmbeddingError, match="zqxwvkj"):
+        rows_of_words(["the", "zqxwvkj"], glove.word_index, np.arange(1000))
+    np.testing.assert_array_equal(rows_of_words(["of", "the"], glove.word_index, np.arange(1000)), [0, 3])
+
+
+def test_nw_falls_as_noise_grows(glove):
+    vocab = np.arange(2000)
+    g = geometry(glove.vectors[vocab], 1.0)
+    items = plan([2.0, 50.0], [1.0], np.arange(0, 2000, 100), runs=30)
+    stats = per_word(
+        compute_counts(items, bytes(16), glove.vectors, vocab, {1.0: g.a}, ExactIndex(glove.vectors[vocab]))
+    )
+    small = np.mean([v[0] for k, v in stats.items() if k[0] == 2.0])
+    large = np.mean([v[0] for k, v in stats.items() if k[0] == 50.0])
+    assert small < 3 < 25 < large
+
+
+def table_for(nw_by_eps):
+    return {(e, lam): (np.array(nw), np.array([30 - x for x in nw]), 100) for (e, lam), nw in nw_by_eps.items()}
+
+
+def test_calibrate_picks_largest_epsilon_per_lambda_and_best_lambda():
+    t = table_for(
+        {
+            (1.0, 0.0): [10, 20],
+            (5.0, 0.0): [40, 60],
+            (10.0, 0.0): [70, 90],
+            (1.0, 1.0): [5, 10],
+            (5.0, 1.0): [20, 45],
+            (10.0, 1.0): [50, 80],
+        }
+    )
+    r = calibrate(t, Bounds(max_nw_fraction=0.5))
+    assert [x["epsilon"] for x in r["per_lambda"]] == [1.0, 5.0]
+    assert r["best"] == {"lambda": 1.0, "epsilon": 5.0}
+    # A percentile bound is looser than the worst case.
+    assert calibrate(t, Bounds(max_nw_fraction=0.5, percentile=50))["best"]["epsilon"] == 5.0
+
+
+def test_calibrate_reports_when_nothing_meets_the_bounds():
+    r = calibrate(table_for({(1.0, 0.0): [90, 95]}), Bounds(max_nw_fraction=0.1))
+    assert r["best"] is None and r["per_lambda"][0]["epsilon"] is None
+
+
+def test_bounds_validation():
+    with pytest.raises(ConfigError):
+        Bounds(max_nw_fraction=None, min_sw=None)
+    with pytest.raises(ConfigError):
+        Bounds(max_nw_fraction=1.5)
