@@ -93,6 +93,47 @@ class WordMechanism:
             out[start : start + CHUNK] = self.index.query(noisy)
         return out
 
+    def perturb_copies(self, rows: np.ndarray, copies: int, rng: np.random.Generator) -> np.ndarray:
+        """``copies`` independent runs of the mechanism on each row: an (n × copies) array of
+        output-vocabulary positions (the privacy statistics' K runs of a word).
+
+        Exploits that the K noisy points of a word share their centre φ(w): with w in
+        the vocabulary, any u with ‖φ(u) − φ(w)‖ ≥ 2‖Z‖ is at least as far from
+        v = φ(w) + Z as w itself (‖v − φ(u)‖ ≥ ‖φ(u) − φ(w)‖ − ‖Z‖ ≥ ‖Z‖ = ‖v − φ(w)‖),
+        so only the words within 2·max_k ‖Z_k‖ of φ(w) can be the answer. Searching
+        them alone returns exactly what the full search returns (the 2‖Z‖
+        certificate); the true word only narrows where the exact answer can be. When
+        the ball holds more than 1/16 of the vocabulary (small ε: small GEMMs would cost
+        more than they save) the word's
+        copies go to the batched full search instead.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        n = len(rows)
+        z = sample_noise(n * copies, self.dim, self.epsilon, rng, self.a).reshape(n, copies, self.dim)
+        out = np.empty((n, copies), dtype=np.int64)
+        pos = np.searchsorted(self.vocab_rows, rows)
+        in_vocab = (pos < len(self.vocab_rows)) & (self.vocab_rows[np.minimum(pos, len(self.vocab_rows) - 1)] == rows)
+        full = np.ones(n, dtype=bool)
+        within = getattr(self.index, "within", None)
+        if within is not None and in_vocab.any():
+            idx = np.flatnonzero(in_vocab)
+            radii = 2.0 * np.sqrt((z[idx] ** 2).sum(axis=2)).max(axis=1)
+            # Probe with the smallest ball first: if even it holds 1/16 of the
+            # vocabulary, this ε is too small for the certificate to pay (speed only).
+            probe = int(np.argmin(radii))
+            if (
+                len(within(self.vectors[rows[idx[probe : probe + 1]]], radii[probe : probe + 1])[0])
+                <= len(self.vocab_rows) // 16
+            ):
+                for i, cand in zip(idx, within(self.vectors[rows[idx]], radii)):
+                    if len(cand) <= len(self.vocab_rows) // 16:
+                        out[i] = self.index.query_among(self.vectors[rows[i]] + z[i], cand)
+                        full[i] = False
+        if full.any():
+            noisy = (self.vectors[rows[full]][:, None, :] + z[full]).reshape(-1, self.dim)
+            out[full] = self.index.query(noisy).reshape(-1, copies)
+        return out
+
     def noisy_points(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Noisy vectors for measuring an index against exact search (driver only, never released)."""
         rows = np.asarray(rows, dtype=np.int64)

@@ -81,6 +81,32 @@ class ExactIndex:
                 r[better] = j[better] + ws
         return result
 
+    def within(self, centers: np.ndarray, radii: np.ndarray) -> list[np.ndarray]:
+        """For each center, the rows whose distance to it may be below its radius.
+
+        A superset by a small margin (float32 products): callers use it to *exclude*
+        words, so erring towards inclusion keeps answers exact.
+        """
+        centers = np.asarray(centers, dtype=np.float32)
+        out: list[np.ndarray] = []
+        for s in range(0, len(centers), QUERY_BLOCK):
+            c = centers[s : s + QUERY_BLOCK]
+            scores = c @ self._xt[: self.dim] + self._xt[self.dim]  # c·x − ‖x‖²/2
+            # ‖c − x‖² = ‖c‖² − 2(c·x − ‖x‖²/2)
+            d2 = (c.astype(np.float64) ** 2).sum(axis=1)[:, None] - 2.0 * scores
+            r2 = np.asarray(radii[s : s + QUERY_BLOCK], dtype=np.float64) ** 2
+            limit = r2 * (1 + 1e-4) + 1e-3
+            out.extend(np.flatnonzero(row < lim) for row, lim in zip(d2, limit))
+        return out
+
+    def query_among(self, points: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Nearest of ``rows`` (a subset of the index) to each point: same scores as ``query``."""
+        sub = self._xt[:, rows]
+        q = np.empty((len(points), self.dim + 1), dtype=np.float32)
+        q[:, : self.dim] = points
+        q[:, self.dim] = 1.0
+        return rows[(q @ sub).argmax(axis=1)]
+
 
 class AnnoyIndex:
     """Annoy (spotify/annoy) Euclidean forest: approximate by design, memory-mapped from a file.

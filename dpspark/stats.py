@@ -83,7 +83,7 @@ def item_counts(
     mech = WordMechanism(vectors, vocab_rows, item.epsilon, a, index)
     rows = np.asarray(item.rows, dtype=np.int64)
     rng = batch_generator(job_key, item.item, 0)
-    out = vocab_rows[mech.perturb_rows(np.repeat(rows, item.runs), rng)]
+    out = vocab_rows[mech.perturb_copies(rows, item.runs, rng).ravel()]
     src = np.repeat(rows, item.runs)
     pairs, counts = np.unique(np.stack([src, out]), axis=1, return_counts=True)
     return [((item.epsilon, item.lam, int(w), int(o)), int(c)) for (w, o), c in zip(pairs.T, counts)]

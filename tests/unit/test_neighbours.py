@@ -49,3 +49,28 @@ def test_annoy_interface_and_recall(vocab, tmp_path):
     reopened = AnnoyIndex(str(tmp_path / "i.ann"), 50, 10)
     np.testing.assert_array_equal(reopened.query(sub[ids]), annoy.query(sub[ids]))
     assert annoy.params() == {"n_trees": 10, "search_k": -1}
+
+
+@pytest.mark.parametrize("epsilon", [10.0, 40.0, 200.0])
+def test_copies_through_the_certificate_equal_the_full_search(glove, epsilon):
+    from dpspark.geometry import geometry
+    from dpspark.mechanisms import WordMechanism
+
+    vocab = np.arange(20_000)
+    index = ExactIndex(glove.vectors[vocab])
+    mech = WordMechanism(glove.vectors, vocab, epsilon, geometry(glove.vectors[vocab], 1.0).a, index)
+    rows = np.array([0, 5, 17, 400, 9_999, 19_999, 25_000])  # the last one is not in the vocabulary
+    got = mech.perturb_copies(rows, 40, np.random.default_rng(3))
+    z = sample_noise(len(rows) * 40, 50, epsilon, np.random.default_rng(3), mech.a)
+    full = index.query(np.repeat(glove.vectors[rows], 40, axis=0) + z).reshape(len(rows), 40)
+    np.testing.assert_array_equal(got, full)
+
+
+def test_within_is_a_superset_of_the_ball(vocab):
+    idx = ExactIndex(vocab[:5000])
+    centers = vocab[[3, 100]]
+    found = idx.within(centers, np.array([3.0, 4.0]))
+    for c, r, rows in zip(centers, (3.0, 4.0), found):
+        d = np.linalg.norm(vocab[:5000].astype(np.float64) - c, axis=1)
+        assert set(np.flatnonzero(d < r)) <= set(rows.tolist())
+        assert set(rows.tolist()) <= set(np.flatnonzero(d < r * 1.01 + 0.05))
