@@ -132,5 +132,8 @@ def calibration_md(result: dict, bounds_text: str) -> str:
     if best is None:
         lines.append("**No ε in the grid meets these bounds for any λ.** Try smaller ε values or looser bounds.")
     else:
-        lines.append(f"**Choice: λ = {best['lambda']:g}, ε = {best['epsilon']:g}** — the λ that admits the largest ε.")
+        lines.append(
+            f"**Choice: λ = {best['lambda']:g}, ε = {best['epsilon']:g}** — the λ that admits the largest ε "
+            "(on a tie, the larger λ: elliptical noise gives lower Nw at equal ε, Xu et al. Tables 1–4)."
+        )
     return "\n".join(lines) + "\n"
