@@ -46,12 +46,17 @@ def sample_noise(n: int, dim: int, epsilon: float, rng: np.random.Generator, a: 
         rng: the generator (secure or per-batch keyed; see dpspark.rng).
         a: A = (λΣ+(1−λ)I)^½, or None for A = I (Laplace).
     """
-    epsilon = check_epsilon(epsilon)
+    z = sample_radial(n, dim, 1.0 / check_epsilon(epsilon), rng)
+    return z if a is None else z @ a.T
+
+
+def sample_radial(n: int, dim: int, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """n vectors with density ∝ exp(−‖z‖/scale) in R^dim: radius Gamma(dim, scale), uniform direction."""
     z = rng.standard_normal((n, dim))
-    radius = rng.gamma(shape=dim, scale=1.0 / epsilon, size=n)
+    radius = rng.gamma(shape=dim, scale=scale, size=n)
     # In place: X = N/‖N‖ scaled by Y, without temporaries of the size of N.
     z *= (radius / np.sqrt(np.einsum("ij,ij->i", z, z)))[:, None]
-    return z if a is None else z @ a.T
+    return z
 
 
 class WordMechanism:
