@@ -132,6 +132,23 @@ def build_parser() -> argparse.ArgumentParser:
     _calibrate_arguments(cal)
     _stats_arguments(cal)
     embedding_report.add_parser(sub)
+    rel = sub.add_parser(
+        "release-vectors",
+        argument_default=argparse.SUPPRESS,
+        help="release private vectors (PrivEmb or M1) of an array/vector or text column",
+    )
+    rel.add_argument("--input", help="input Parquet")
+    rel.add_argument("--output", help="output directory (Parquet + Φ + manifest)")
+    rel.add_argument("--column", help="array<float>/array<double>/ML vector column, or a text column (mean GloVe)")
+    rel.add_argument("--epsilon", type=float, help="ε > 0 (required)")
+    rel.add_argument("--delta", type=float, help="δ in (0, 1) (1e-6)")
+    rel.add_argument("--beta", type=float, help="β in (0, 1): projection distortion (0.8)")
+    rel.add_argument("--dim", type=int, help="m, overriding the formula")
+    rel.add_argument("--mechanism", help="privemb (default) or m1")
+    rel.add_argument("--embeddings", help="for text columns: glove-6b-50d (default) or a path")
+    rel.add_argument("--seed", type=int, help="fixed seed: tests and experiments only (warns)")
+    rel.add_argument("--mode", help="error (default) or overwrite")
+    rel.add_argument("--master", help="Spark master URL")
     return parser
 
 
@@ -229,6 +246,30 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_privacy_stats(args)
         if command == "calibrate":
             return _cmd_calibrate(args)
+        if command == "release-vectors":
+            from dpspark.spark.vectors import run_release_vectors
+
+            m = run_release_vectors(args)
+            print(
+                json.dumps(
+                    {
+                        k: m[k]
+                        for k in (
+                            "status",
+                            "mechanism",
+                            "epsilon",
+                            "delta",
+                            "beta",
+                            "input_dimension",
+                            "output_dimension",
+                            "rows",
+                            "timings",
+                        )
+                    },
+                    indent=2,
+                )
+            )
+            return 0
         if command == "embedding-report":
             from dpspark import embedding_report
 
