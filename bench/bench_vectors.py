@@ -76,7 +76,7 @@ def main() -> None:
     t = mf["timings"]
     print(
         f"  {mf['rows']:,} vectors in {t['release_and_write_s']:.1f} s = {t['vectors_per_s']:,.0f} vectors/s "
-        f"(read, validate, release, write); whole command {wall:.1f} s"
+        f"(read, release, write; the validation pass runs before); whole command {wall:.1f} s"
     )
     print(f"  the arithmetic alone (Φx + noise, numpy, one process): {core:,.0f} vectors/s")
 
