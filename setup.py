@@ -24,6 +24,8 @@ setup(
         # pyspark is never a hard requirement: clusters and Databricks bring their own.
         "spark": ["pyspark>=3.5", "pandas>=2,<3"],
         "test": ["pytest>=8", "scipy>=1.11", "ruff>=0.5"],
+        # dpspark evaluate-vectors: the linear-classifier experiment (VADER lexicon, logistic regression).
+        "eval": ["scikit-learn>=1.3", "vaderSentiment>=3.3"],
     },
     entry_points={"console_scripts": ["dpspark=dpspark.cli:main"]},
 )
