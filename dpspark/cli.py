@@ -113,7 +113,7 @@ def _calibrate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dpspark import embedding_report
+    from dpspark import embedding_report, privemb_eval
 
     parser = argparse.ArgumentParser(prog="dpspark", description="Metric differential privacy for text on Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     _calibrate_arguments(cal)
     _stats_arguments(cal)
     embedding_report.add_parser(sub)
+    privemb_eval.add_parser(sub)
     rel = sub.add_parser(
         "release-vectors",
         argument_default=argparse.SUPPRESS,
@@ -270,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             return 0
+        if command == "evaluate-vectors":
+            from dpspark import privemb_eval
+
+            return privemb_eval.run(args)
         if command == "embedding-report":
             from dpspark import embedding_report
 

@@ -102,3 +102,12 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch, glove):
     with pytest.raises(RuntimeError):
         pe.write_outputs(ev, out)
     assert not (tmp_path / "a").exists()
+
+
+def test_classifier_on_private_vectors_learns_less_than_on_raw_ones(glove):
+    rows, labels, _ = pe.sentiment_dataset(glove, pe.vader_lexicon(), 0.5, seed=0)
+    x = glove.vectors[rows].astype(np.float64)
+    res = pe.classification(x, labels, epsilons=[5.0], beta=0.8, runs=2, delta=1e-6, seed=0)
+    acc = {r["mechanism"]: r["accuracy_mean"] for r in res["rows"]}
+    raw = max(v for k, v in acc.items() if k not in ("M1", "M2"))
+    assert raw > 0.75 and acc["M1"] < raw and acc["M2"] < raw
