@@ -32,6 +32,28 @@ def perturb_text(df, columns, epsilon, **settings):  # noqa: ANN001, ANN201 - py
     return _perturb_text(df, columns=columns, epsilon=epsilon, **settings)
 
 
+def privacy_stats(output, epsilons, lambdas, runs=100, **settings):  # noqa: ANN001, ANN201
+    """Compute Nw/Sw over a grid of ε and λ on Spark; write the tables and plots to ``output``.
+
+    Returns the run manifest (with the per-(ε, λ) summary). See ``dpspark.config.StatsConfig``
+    for the other settings (words, word_list, corpus, vocab_size, nn, seed, mode, ...).
+    """
+    from dpspark.config import StatsConfig
+    from dpspark.spark.stats import run_privacy_stats
+
+    return run_privacy_stats(
+        StatsConfig.parse({"output": output, "epsilons": epsilons, "lambdas": lambdas, "runs": runs, **settings})
+    )
+
+
+def release_vectors(input, output, column, epsilon, **settings):  # noqa: A002, ANN001, ANN201
+    """Release private vectors (PrivEmb by default, or ``mechanism="m1"``) of one column of a
+    Parquet dataset; returns the manifest. Settings: delta, beta, dim, mechanism, seed, mode."""
+    from dpspark.spark.vectors import run_release_vectors
+
+    return run_release_vectors({"input": input, "output": output, "column": column, "epsilon": epsilon, **settings})
+
+
 __all__ = [
     "ConfigError",
     "DPSparkError",
@@ -45,5 +67,7 @@ __all__ = [
     "load_embeddings",
     "perturb_text",
     "prepare",
+    "privacy_stats",
+    "release_vectors",
     "sample_noise",
 ]
