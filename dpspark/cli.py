@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 unexpected failure; 2 invalid configuration;
 3 bad input data; 4 unusable embeddings; 5 output exists (mode "error");
-6 calibrate: no ε of the grid meets the bounds.
+6 calibrate: no ε of the grid meets the bounds; 7 perturb --partition: the partition
+was already released (pass --allow-rerelease to spend privacy again on purpose).
 """
 
 from __future__ import annotations
@@ -76,6 +77,17 @@ def _perturb_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--master", help="Spark master URL (default local[*], or spark-submit's)")
     p.add_argument("--batch-rows", dest="batch_rows", type=int, help="rows per Arrow batch (10000)")
     p.add_argument("--partitions", type=int, help="tasks to spread the rows over (default: 4 per core if fewer)")
+    p.add_argument(
+        "--partition", help="ETL: process one input partition (e.g. date=2026-11-21) and overwrite only that one"
+    )
+    p.add_argument(
+        "--allow-rerelease",
+        dest="allow_rerelease",
+        type=_bool,
+        nargs="?",
+        const=True,
+        help="release a partition again on purpose (spends privacy again; recorded in the manifest)",
+    )
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 

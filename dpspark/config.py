@@ -49,6 +49,17 @@ class PerturbConfig(BaseModel):
     master: str | None = None
     batch_rows: int = Field(default=10_000, ge=1)
     partitions: int | None = Field(default=None, ge=1)
+    partition: str | None = None
+    allow_rerelease: bool = False
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v: str | None) -> str | None:
+        if v is not None:
+            parts = [p.split("=", 1) for p in v.strip("/").split("/")]
+            if not all(len(p) == 2 and p[0] and p[1] for p in parts):
+                raise ValueError(f"expected KEY=VALUE[/KEY=VALUE...], e.g. date=2026-11-21, got {v!r}")
+        return v
 
     @field_validator("epsilon")
     @classmethod

@@ -31,3 +31,9 @@ class OutputExistsError(DPSparkError):
     """The output path exists and the write mode is ``error``."""
 
     exit_code = 5
+
+
+class ReleaseRefusedError(DPSparkError):
+    """The partition was already released: releasing it again spends privacy again."""
+
+    exit_code = 7

@@ -57,10 +57,25 @@ class FileSystem:
         if not fs.rename(p, self._hadoop(dst)[1]):
             raise OSError(f"could not rename {src} to {dst}")
 
+    def read_text(self, path: str) -> str:
+        local = _local(path)
+        if local is not None:
+            return local.read_text(encoding="utf-8")
+        fs, p = self._hadoop(path)
+        stream = fs.open(p)
+        try:
+            jvm = self.spark.sparkContext._jvm
+            return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+
     def write_text(self, path: str, text: str) -> None:
         local = _local(path)
         if local is not None:
-            local.write_text(text, encoding="utf-8")
+            # Write beside and rename: a reader never sees half a manifest.
+            part = local.with_name(f".{local.name}.tmp")
+            part.write_text(text, encoding="utf-8")
+            part.replace(local)
             return
         fs, p = self._hadoop(path)
         out = fs.create(p, True)

@@ -36,7 +36,7 @@ from pyspark.sql.utils import AnalysisException
 
 import dpspark
 from dpspark.config import PerturbConfig
-from dpspark.errors import ConfigError, InputDataError, OutputExistsError
+from dpspark.errors import ConfigError, InputDataError, OutputExistsError, ReleaseRefusedError
 from dpspark.prepare import Prepared, load_perturber, prepare
 from dpspark.rng import batch_generator, new_job_key
 from dpspark.spark.fs import FileSystem
@@ -219,11 +219,38 @@ def run_perturb(config: PerturbConfig, spark: SparkSession | None = None) -> dic
     spark = spark or get_session(config.master, config.batch_rows)
     fs = FileSystem(spark)
     output = config.output.rstrip("/")
+    run_id = uuid.uuid4().hex
+    if config.partition:
+        return _run_partition(config, spark, fs, output, run_id, started)
     if config.mode == "error" and fs.exists(output):
         raise OutputExistsError(f"output {output} already exists: choose a new path or pass --mode overwrite")
     df = _read_input(spark, config.input, fs)
     _check_input(df, config.columns)
+    log.info(json.dumps({"event": "perturb_started", "run_id": run_id, "columns": list(config.columns)}))
 
+    prepared, workdir, prep_s = _prepare_for(config, df)
+    job_key = new_job_key(config.seed)
+    tmp = f"{output}._dpspark_tmp_{run_id}"
+    t0 = time.perf_counter()
+    try:
+        counts = _write(df, prepared, job_key, spark, run_id, lambda w: w.parquet(tmp))
+        perturb_s = time.perf_counter() - t0
+        manifest = _manifest(config, prepared, spark, run_id, started, output, counts, prep_s, perturb_s)
+        fs.write_text(f"{tmp}/{MANIFEST}", json.dumps(manifest, indent=2))
+        if fs.exists(output):  # mode == "overwrite": replace only now that the new output is complete
+            fs.remove(output)
+        fs.rename(tmp, output)
+    except BaseException:
+        fs.remove(tmp)
+        raise
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    _log_finished(manifest)
+    return manifest
+
+
+def _prepare_for(config: PerturbConfig, df: DataFrame) -> tuple[Prepared, str, float]:
+    """Driver-side preparation (timed); removes its working directory if it fails."""
     t0 = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="dpspark-index-")
     try:
@@ -242,56 +269,145 @@ def run_perturb(config: PerturbConfig, spark: SparkSession | None = None) -> dic
     except BaseException:  # bad embeddings or vocabulary: leave no index directory behind
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-    prep_s = time.perf_counter() - t0
+    return prepared, workdir, time.perf_counter() - t0
 
-    job_key = new_job_key(config.seed)
-    run_id = uuid.uuid4().hex
-    tmp = f"{output}._dpspark_tmp_{run_id}"
+
+def _write(df: DataFrame, prepared: Prepared, job_key: bytes, spark: SparkSession, run_id: str, sink) -> dict:  # noqa: ANN001
+    """Perturb and write in one pass; the counts come from the same pass (observe)."""
     observation = Observation(f"dpspark_{run_id}")
-    t0 = time.perf_counter()
-    try:
-        mapped = _transform(df, prepared, job_key, spark)
-        observed = mapped.observe(
-            observation,
-            F.count(F.lit(1)).alias("rows"),
-            *[F.sum(_COUNT_PREFIX + n).alias(n) for n in COUNT_NAMES],
-        )
-        _drop_counts(observed).write.mode("overwrite").parquet(tmp)
-        counts = {k: int(v or 0) for k, v in observation.get.items()}
-        perturb_s = time.perf_counter() - t0
-        manifest = {
-            "dpspark_version": dpspark.__version__,
-            "run_id": run_id,
-            "status": "succeeded",
-            "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
-            "input": config.input,
-            "output": output,
-            "columns": list(config.columns),
-            **prepared.manifest_fields(),
-            "counts": counts,
-            "timings": {
-                **{k: round(v, 3) for k, v in prepared.timings.items()},
-                "preparation_s": round(prep_s, 3),
-                "perturb_and_write_s": round(perturb_s, 3),
-                "tokens_per_s": round(counts["tokens"] / perturb_s, 1) if perturb_s > 0 else None,
-            },
-            "spark": {"version": spark.version, "master": spark.sparkContext.master},
-            "duration_s": round(time.time() - started, 3),
-        }
-        fs.write_text(f"{tmp}/{MANIFEST}", json.dumps(manifest, indent=2))
-        if fs.exists(output):  # mode == "overwrite": replace only now that the new output is complete
-            fs.remove(output)
-        fs.rename(tmp, output)
-    except BaseException:
-        fs.remove(tmp)
-        raise
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    observed = _transform(df, prepared, job_key, spark).observe(
+        observation,
+        F.count(F.lit(1)).alias("rows"),
+        *[F.sum(_COUNT_PREFIX + n).alias(n) for n in COUNT_NAMES],
+    )
+    sink(_drop_counts(observed).write.mode("overwrite"))
+    return {k: int(v or 0) for k, v in observation.get.items()}
+
+
+def _manifest(
+    config: PerturbConfig,
+    prepared: Prepared,
+    spark: SparkSession,
+    run_id: str,
+    started: float,
+    output: str,
+    counts: dict,
+    prep_s: float,
+    perturb_s: float,
+    **extra: Any,
+) -> dict:
+    """The run manifest; ``status`` is the last key (written last: a reader that sees it sees it all)."""
+    manifest = {
+        "dpspark_version": dpspark.__version__,
+        "run_id": run_id,
+        "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "input": config.input,
+        "output": output,
+        "columns": list(config.columns),
+        **prepared.manifest_fields(),
+        "counts": counts,
+        "timings": {
+            **{k: round(v, 3) for k, v in prepared.timings.items()},
+            "preparation_s": round(prep_s, 3),
+            "perturb_and_write_s": round(perturb_s, 3),
+            "tokens_per_s": round(counts["tokens"] / perturb_s, 1) if perturb_s > 0 else None,
+        },
+        "spark": {"version": spark.version, "master": spark.sparkContext.master},
+        "duration_s": round(time.time() - started, 3),
+        **extra,
+    }
+    manifest["status"] = "succeeded"
+    return manifest
+
+
+def _log_finished(manifest: dict) -> None:
     log.info(
         json.dumps(
-            {"event": "perturb_finished", "run_id": run_id, "counts": counts, "duration_s": manifest["duration_s"]}
+            {
+                "event": "perturb_finished",
+                "run_id": manifest["run_id"],
+                "counts": manifest["counts"],
+                "timings": manifest["timings"],
+                "duration_s": manifest["duration_s"],
+                "status": manifest["status"],
+            }
         )
     )
+
+
+def _run_partition(
+    config: PerturbConfig, spark: SparkSession, fs: FileSystem, output: str, run_id: str, started: float
+) -> dict:
+    """Scheduled ETL: perturb one input partition, overwrite only that output partition.
+
+    The manifest at the output root keeps every release of every partition. A partition
+    that is already listed is refused (ReleaseRefusedError, exit 7) unless
+    ``allow_rerelease``: re-releasing the same records spends privacy again. The list
+    is updated only after the data are committed, so a failed run marks nothing and can
+    simply be run again (Spark's dynamic partition overwrite stages the new files and
+    moves them only when the job commits).
+    """
+    spec = config.partition.strip("/")
+    keys = [kv.split("=", 1)[0] for kv in spec.split("/")]
+    manifest_path = f"{output}/{MANIFEST}"
+    previous = json.loads(fs.read_text(manifest_path)) if fs.exists(manifest_path) else {}
+    releases = list(previous.get("releases", []))
+    earlier = [r for r in releases if r["partition"] == spec]
+    if earlier and not config.allow_rerelease:
+        last = earlier[-1]
+        raise ReleaseRefusedError(
+            f"partition {spec} of {output} was already released (run {last['run_id']} at {last['finished_at']}, "
+            f"epsilon {last['epsilon']}); releasing the same records again spends privacy again (the epsilons "
+            "add up): pass --allow-rerelease to do it on purpose"
+        )
+    source = f"{config.input.rstrip('/')}/{spec}"
+    if not fs.exists(source):
+        raise InputDataError(f"input partition {source} does not exist (--partition {spec})")
+    try:
+        df = spark.read.option("basePath", config.input).parquet(source)
+    except AnalysisException as exc:
+        raise InputDataError(f"input partition {source} is not readable Parquet: {str(exc).splitlines()[0]}") from None
+    _check_input(df, config.columns)
+    log.info(json.dumps({"event": "perturb_started", "run_id": run_id, "partition": spec, "rereleases": len(earlier)}))
+    prepared, workdir, prep_s = _prepare_for(config, df)
+    t0 = time.perf_counter()
+    mode_key = "spark.sql.sources.partitionOverwriteMode"
+    before = spark.conf.get(mode_key, "static")
+    spark.conf.set(mode_key, "dynamic")
+    try:
+        counts = _write(
+            df, prepared, new_job_key(config.seed), spark, run_id, lambda w: w.partitionBy(*keys).parquet(output)
+        )
+    finally:
+        spark.conf.set(mode_key, before)
+        shutil.rmtree(workdir, ignore_errors=True)
+    perturb_s = time.perf_counter() - t0
+    release = {
+        "partition": spec,
+        "run_id": run_id,
+        "finished_at": datetime.now(UTC).isoformat(),
+        "epsilon": config.epsilon,
+        "mechanism": config.mechanism,
+        "lambda": config.lambda_,
+        "rows": counts["rows"],
+        "rerelease": bool(earlier),
+    }
+    manifest = _manifest(
+        config,
+        prepared,
+        spark,
+        run_id,
+        started,
+        output,
+        counts,
+        prep_s,
+        perturb_s,
+        partition=spec,
+        releases=[*releases, release],
+    )
+    fs.write_text(manifest_path, json.dumps(manifest, indent=2))
+    _log_finished(manifest)
     return manifest
 
 
