@@ -1,0 +1,113 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # Privacy statistics: what does ε mean for this embedding?
+# MAGIC
+# MAGIC For every (ε, λ) of a grid, each of the sampled words is perturbed K times (`runs`):
+# MAGIC
+# MAGIC - **Nw**: how many of the K outputs are the word itself (lower is more private);
+# MAGIC - **Sw**: how many distinct words the K outputs are (higher is more private).
+# MAGIC
+# MAGIC The widgets take the same settings as `dpspark privacy-stats`, validated by the same configuration
+# MAGIC model (`dpspark.config.StatsConfig`). The defaults are a small, fast grid; a review would use e.g.
+# MAGIC epsilons `1,2,5,10,15,20,40`, lambdas `0,0.25,0.5,0.75,1`, 100 runs, 500 words, vocabulary 50000.
+# MAGIC
+# MAGIC **Setup.** Build the wheel with `make dist` and upload `dist/dpspark-0.1.0-py3-none-any.whl` to the path in
+# MAGIC the next cell (no `[spark]` extra: Databricks brings its own Spark). Locally, `dpspark.notebook_runner`
+# MAGIC runs this notebook and skips the install cells. The output directory is written by the driver
+# MAGIC (a local path).
+
+# COMMAND ----------
+
+# MAGIC %pip install /dbfs/FileStore/wheels/dpspark-0.1.0-py3-none-any.whl
+
+# COMMAND ----------
+
+dbutils.library.restartPython()
+
+# COMMAND ----------
+
+dbutils.widgets.text("output", "/tmp/dpspark_notebook/privacy_stats", "Output directory (driver-local)")
+dbutils.widgets.text("epsilons", "5,10", "ε grid (comma-separated)")
+dbutils.widgets.text("lambdas", "0,1", "λ grid (comma-separated, in [0, 1])")
+dbutils.widgets.text("runs", "20", "K: perturbations per word")
+dbutils.widgets.text("words", "50", "Words sampled from the vocabulary")
+dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
+dbutils.widgets.dropdown("nn", "exact", ["exact", "annoy"], "Nearest-neighbour search")
+
+# COMMAND ----------
+
+import dpspark
+from dpspark.config import StatsConfig
+
+config = StatsConfig.parse(  # the CLI's validation: a bad value fails here, with its name
+    {
+        "output": dbutils.widgets.get("output"),
+        "epsilons": dbutils.widgets.get("epsilons"),
+        "lambdas": dbutils.widgets.get("lambdas"),
+        "runs": dbutils.widgets.get("runs"),
+        "words": dbutils.widgets.get("words"),
+        "vocab_size": dbutils.widgets.get("vocab_size"),
+        "nn": dbutils.widgets.get("nn"),
+        "mode": "overwrite",
+    }
+)
+print(f"ε {config.epsilons}, λ {config.lambdas}, K = {config.runs}, {config.words} words")
+
+# COMMAND ----------
+
+manifest = dpspark.privacy_stats(
+    config.output,
+    config.epsilons,
+    config.lambdas,
+    config.runs,
+    words=config.words,
+    vocab_size=config.vocab_size,
+    nn=config.nn,
+    mode=config.mode,
+)
+print(
+    f"{manifest['draws']:,} draws in {manifest['timings']['statistics_s']} s; "
+    f"files in {config.output}: {', '.join(manifest['files'])}"
+)
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Summary: one row per (ε, λ)
+# MAGIC
+# MAGIC Mean, 5th/50th/95th percentiles and worst case of Nw (out of K) and Sw over the sampled words.
+
+# COMMAND ----------
+
+from pathlib import Path
+
+import pandas as pd
+
+summary = pd.read_csv(Path(config.output) / "summary.csv")
+columns = ["epsilon", "lambda", "runs", "words", "nw_mean", "nw_p50", "nw_p95", "nw_max"]
+columns += ["sw_mean", "sw_p5", "sw_p50", "sw_min"]
+display(summary[columns])
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Percentiles against ε (one line per λ) and histograms
+
+# COMMAND ----------
+
+import base64
+
+for name in manifest["files"]:
+    if name.endswith(".png"):
+        encoded = base64.b64encode((Path(config.output) / name).read_bytes()).decode("ascii")
+        displayHTML(f'<h4>{name}</h4><img src="data:image/png;base64,{encoded}" style="max-width: 100%">')
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Nw and Sw per word (first rows)
+
+# COMMAND ----------
+
+per_word = pd.read_parquet(Path(config.output) / "per_word.parquet")  # driver-local, like the other files
+display(per_word.sort_values(["epsilon", "lambda", "rank"]).head(20))
