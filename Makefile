@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[spark,test,eval]"
+	$(PY) -m pip install --quiet -e ".[spark,connect,test,eval]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -23,6 +23,8 @@ setup(
     extras_require={
         # pyspark is never a hard requirement: clusters and Databricks bring their own.
         "spark": ["pyspark>=3.5", "pandas>=2,<3"],
+        # Spark Connect / Databricks serverless clients (pyspark[connect] without a second pyspark pin).
+        "connect": ["grpcio>=1.67", "grpcio-status>=1.67", "googleapis-common-protos>=1.65", "zstandard>=0.23"],
         "test": ["pytest>=8", "scipy>=1.11", "ruff>=0.5"],
         # dpspark evaluate-vectors: the linear-classifier experiment (VADER lexicon, logistic regression).
         "eval": ["scikit-learn>=1.3", "vaderSentiment>=3.3"],

@@ -75,6 +75,7 @@ def _perturb_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", help="error (default) or overwrite when the output exists")
     p.add_argument("--seed", type=int, help="fixed seed: tests and experiments only (warns)")
     p.add_argument("--master", help="Spark master URL (default local[*], or spark-submit's)")
+    p.add_argument("--remote", help="Spark Connect URL (sc://host:port) instead of a local/cluster session")
     p.add_argument("--batch-rows", dest="batch_rows", type=int, help="rows per Arrow batch (10000)")
     p.add_argument("--partitions", type=int, help="tasks to spread the rows over (default: 4 per core if fewer)")
     p.add_argument(

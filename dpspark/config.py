@@ -47,6 +47,7 @@ class PerturbConfig(BaseModel):
     mode: Literal["error", "overwrite"] = "error"
     seed: int | None = None
     master: str | None = None
+    remote: str | None = None
     batch_rows: int = Field(default=10_000, ge=1)
     partitions: int | None = Field(default=None, ge=1)
     partition: str | None = None

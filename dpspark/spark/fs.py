@@ -30,6 +30,11 @@ class FileSystem:
         p = jvm.org.apache.hadoop.fs.Path(path)
         return p.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()), p
 
+    def absolute(self, path: str) -> str:
+        """``path`` made absolute when it is local; other URIs unchanged."""
+        local = _local(path)
+        return str(local.resolve()) if local is not None and not path.startswith("file:") else path
+
     def exists(self, path: str) -> bool:
         local = _local(path)
         if local is not None:

@@ -100,12 +100,26 @@ def _check_input(df: DataFrame, columns: list[str]) -> None:
             )
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect session (Databricks serverless): no SparkContext there."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def _ship(spark: SparkSession, prepared: Prepared) -> str:
-    """Write the bundle to a fresh temporary directory and register it with addFile."""
+    """Write the bundle to a fresh temporary directory and send it to the executors.
+
+    Classic Spark: ``SparkContext.addFile`` (a directory). Spark Connect has no
+    SparkContext: the bundle goes as a zip *artifact* of the session, which the server
+    unpacks for the executors; either way ``SparkFiles.get(name)`` finds it there.
+    """
     name = f"dpspark-bundle-{uuid.uuid4().hex}"
     root = Path(tempfile.mkdtemp(prefix="dpspark-"))
     _BUNDLES.append(str(root))
     prepared.save(root / name)
+    if is_connect(spark):
+        archive = shutil.make_archive(str(root / name), "zip", root_dir=root / name)
+        spark.addArtifacts(archive, archive=True)
+        return f"{name}.zip"
     spark.sparkContext.addFile(str(root / name), recursive=True)
     return name
 
@@ -137,9 +151,11 @@ def _balance(df: DataFrame, partitions: int | None, spark: SparkSession) -> Data
     before a round-robin repartition, so a retried task sees the same rows and, keyed by
     partition and batch, draws the same noise). Row order is not preserved then.
     """
-    cores = spark.sparkContext.defaultParallelism
     if partitions is not None:
         return df.repartition(partitions)
+    if is_connect(spark):  # no RDD API: the server's default parallelism decides
+        return df
+    cores = spark.sparkContext.defaultParallelism
     if df.rdd.getNumPartitions() < 2 * cores:
         return df.repartition(4 * cores)
     return df
@@ -216,8 +232,10 @@ def run_perturb(config: PerturbConfig, spark: SparkSession | None = None) -> dic
     started = time.time()
     if not config.input or not config.output:
         raise ConfigError("input and output paths are required (--input PATH --output PATH)")
-    spark = spark or get_session(config.master, config.batch_rows)
+    spark = spark or get_session(config.master, config.batch_rows, config.remote)
     fs = FileSystem(spark)
+    # Local paths are made absolute: a Spark Connect server resolves relative ones in its own directory.
+    config = config.model_copy(update={"input": fs.absolute(config.input), "output": fs.absolute(config.output)})
     output = config.output.rstrip("/")
     run_id = uuid.uuid4().hex
     if config.partition:
@@ -313,7 +331,10 @@ def _manifest(
             "perturb_and_write_s": round(perturb_s, 3),
             "tokens_per_s": round(counts["tokens"] / perturb_s, 1) if perturb_s > 0 else None,
         },
-        "spark": {"version": spark.version, "master": spark.sparkContext.master},
+        "spark": {
+            "version": spark.version,
+            "master": "spark connect" if is_connect(spark) else spark.sparkContext.master,
+        },
         "duration_s": round(time.time() - started, 3),
         **extra,
     }

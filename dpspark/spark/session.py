@@ -11,12 +11,16 @@ from pyspark.sql import SparkSession
 _SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def get_session(master: str | None = None, batch_rows: int = 10_000) -> SparkSession:
+def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str | None = None) -> SparkSession:
     """Return the active session, or start one (``local[*]`` unless ``master`` says otherwise).
 
     Workers started by a fresh local JVM inherit this process's environment, so the
     single-thread BLAS settings are put there and in ``spark.executorEnv`` (clusters).
     """
+    if remote:  # Spark Connect (sc://host:port): the server owns executors and their environment
+        session = SparkSession.builder.remote(remote).getOrCreate()
+        session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
+        return session
     active = SparkSession.getActiveSession()
     if active is not None and master is None:
         active.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))

@@ -1,0 +1,137 @@
+"""The perturb job through Spark Connect (no SparkContext), against a local server on 127.0.0.1.
+
+The server is the pip-installed pyspark's SparkConnectServer, started by the fixture
+and stopped by process group even when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import dpspark
+from dpspark.cli import main
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory):
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    port = free_port()
+    logs = tmp_path_factory.mktemp("connect")
+    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    cmd = [
+        str(home / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--name",
+        "dpspark-connect-test",
+        "--master",
+        "local[2]",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "spark-internal",
+    ]
+    with open(logs / "server.log", "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=logs, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"Spark Connect server exited: {(logs / 'server.log').read_text()[-3000:]}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("Spark Connect server did not start within 120 s")
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+
+def test_perturb_job_through_connect(connect_url, tmp_path, glove):
+    out = tmp_path / "o"
+    assert (
+        main(
+            [
+                "perturb",
+                "--input",
+                str(SAMPLE),
+                "--output",
+                str(out),
+                "--columns",
+                "text,title",
+                "--epsilon",
+                "10",
+                "--vocab-size",
+                "5000",
+                "--remote",
+                connect_url,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    src, dst = pq.read_table(SAMPLE), pq.read_table(out)
+    assert dst.num_rows == src.num_rows and dst.schema.names == src.schema.names
+    assert [f.type for f in dst.schema] == [f.type for f in src.schema]
+    before = {r["id"]: r for r in src.to_pylist()}
+    vocab = set(glove.words[:5000]) | {"[UNK]"}
+    changed = 0
+    for row in dst.to_pylist():
+        old = before[row["id"]]
+        assert row["rating"] == old["rating"]
+        assert np.float64(row["helpful"]).tobytes() == np.float64(old["helpful"]).tobytes()
+        for col in ("text", "title"):
+            if old[col] is None:
+                assert row[col] is None
+            elif old[col] == "":
+                assert row[col] == ""
+            else:
+                assert set(row[col].split()) <= vocab
+        changed += bool(old["text"]) and row["text"] != old["text"].lower()
+    assert changed > 400
+    import json
+
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["spark"]["master"] == "spark connect" and m["counts"]["rows"] == 500
+
+
+def test_api_through_connect_is_stable_within_a_run(connect_url):
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(connect_url).getOrCreate()
+    df = session.read.parquet(str(SAMPLE))
+    out = dpspark.perturb_text(df, columns=["text"], epsilon=10, vocab_size=5000)
+    first = {r["id"]: r["text"] for r in out.collect()}
+    assert first == {r["id"]: r["text"] for r in out.collect()}
+    assert sum(1 for r in df.collect() if r["text"] and first[r["id"]] != r["text"].lower()) > 400
