@@ -27,7 +27,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_perturb.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check dpspark tests bench jobs examples
+	$(VENV)/bin/ruff check dpspark tests bench jobs examples notebooks
 
 dist: $(STAMP)
 	$(PY) -m pip wheel --no-deps -w dist .

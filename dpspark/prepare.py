@@ -2,7 +2,7 @@
 
 The *bundle* is a directory of plain files that executors need (embedding matrix,
 words, vocabulary rows, A, the annoy index, settings). The driver writes it once;
-Spark ships it (``SparkContext.addFile``) and every Python worker loads it once into a
+Spark ships it (``dpspark.spark.session.ship_directory``) and every Python worker loads it once into a
 module-level cache (``load_perturber``). Nothing secret is in it: the job key travels
 separately inside the task closure and is never written to disk.
 """

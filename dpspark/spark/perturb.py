@@ -2,8 +2,9 @@
 
 Data flow (design §3): the driver prepares Σ, A, the embedding matrix and the index
 once (dpspark.prepare), writes them as a bundle directory and ships it with
-``SparkContext.addFile``. Each Python worker loads the bundle once into the
-module-level ``_PERTURBERS`` cache (it survives across tasks because Spark reuses
+``ship_directory`` (an archive: ``addArchive``, or a session artifact on Spark
+Connect). Each Python worker loads the bundle once into the module-level
+``_PERTURBERS`` cache (it survives across tasks because Spark reuses
 Python workers and this module is imported, not pickled). ``mapInArrow`` hands the
 executor whole Arrow batches: all in-vocabulary tokens of a batch are perturbed with
 one noise draw and one blocked nearest-neighbour search.
@@ -40,7 +41,7 @@ from dpspark.errors import ConfigError, InputDataError, OutputExistsError, Relea
 from dpspark.prepare import Prepared, load_perturber, prepare
 from dpspark.rng import batch_generator, new_job_key
 from dpspark.spark.fs import FileSystem
-from dpspark.spark.session import get_session
+from dpspark.spark.session import get_session, is_connect, ship_directory
 from dpspark.text import COUNT_NAMES, TextPerturber
 
 log = logging.getLogger("dpspark")
@@ -100,28 +101,13 @@ def _check_input(df: DataFrame, columns: list[str]) -> None:
             )
 
 
-def is_connect(spark: SparkSession) -> bool:
-    """True for a Spark Connect session (Databricks serverless): no SparkContext there."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def _ship(spark: SparkSession, prepared: Prepared) -> str:
-    """Write the bundle to a fresh temporary directory and send it to the executors.
-
-    Classic Spark: ``SparkContext.addFile`` (a directory). Spark Connect has no
-    SparkContext: the bundle goes as a zip *artifact* of the session, which the server
-    unpacks for the executors; either way ``SparkFiles.get(name)`` finds it there.
-    """
+    """Write the bundle to a fresh temporary directory and send it to the executors."""
     name = f"dpspark-bundle-{uuid.uuid4().hex}"
     root = Path(tempfile.mkdtemp(prefix="dpspark-"))
     _BUNDLES.append(str(root))
     prepared.save(root / name)
-    if is_connect(spark):
-        archive = shutil.make_archive(str(root / name), "zip", root_dir=root / name)
-        spark.addArtifacts(archive, archive=True)
-        return f"{name}.zip"
-    spark.sparkContext.addFile(str(root / name), recursive=True)
-    return name
+    return ship_directory(spark, root / name)
 
 
 def _transform(df: DataFrame, prepared: Prepared, job_key: bytes, spark: SparkSession) -> DataFrame:

@@ -38,3 +38,26 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
     for k, v in _SINGLE_THREAD.items():
         builder = builder.config(f"spark.executorEnv.{k}", v)
     return builder.getOrCreate()
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect session (Databricks serverless): no SparkContext there."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def ship_directory(spark: SparkSession, directory: str | os.PathLike) -> str:
+    """Send a local directory to every executor; return the name ``SparkFiles.get`` knows it by.
+
+    The directory travels as a zip archive that Spark unpacks on each node:
+    ``SparkContext.addArchive`` on classic Spark (``addFile`` of a directory is refused
+    outside local mode), a session artifact on Spark Connect, which has no SparkContext.
+    """
+    import shutil
+
+    path = os.fspath(directory)
+    archive = shutil.make_archive(path, "zip", root_dir=path)
+    if is_connect(spark):
+        spark.addArtifacts(archive, archive=True)
+    else:
+        spark.sparkContext.addArchive(archive)
+    return os.path.basename(archive)

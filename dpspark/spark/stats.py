@@ -34,7 +34,7 @@ from dpspark.geometry import geometry
 from dpspark.neighbours import AnnoyIndex, ExactIndex, NeighbourIndex
 from dpspark.prepare import read_word_list
 from dpspark.rng import new_job_key
-from dpspark.spark.session import get_session
+from dpspark.spark.session import get_session, ship_directory
 from dpspark.stats import WorkItem, item_counts, plan, rows_of_words, sample_words
 
 log = logging.getLogger("dpspark")
@@ -163,7 +163,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
         )
         bundle = f"dpspark-stats-{uuid.uuid4().hex}"
         save_bundle(work / bundle, emb, vocab_rows, {lam: g.a for lam, g in geos.items()}, annoy)
-        spark.sparkContext.addFile(str(work / bundle), recursive=True)
+        bundle = ship_directory(spark, work / bundle)
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()

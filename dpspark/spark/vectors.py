@@ -30,7 +30,7 @@ from dpspark.privemb import M_FORMULA, check_beta, check_delta, draw_projection,
 from dpspark.rng import batch_generator, new_job_key, secure_generator
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.perturb import _read_input
-from dpspark.spark.session import get_session
+from dpspark.spark.session import get_session, ship_directory
 
 MANIFEST = "_dpspark_manifest.json"
 PROJECTION = "_dpspark_projection.npy"
@@ -175,7 +175,7 @@ def run_release_vectors(settings: dict, spark: SparkSession | None = None) -> di
         _BUNDLES.append(root)
         bundle = f"dpspark-embed-{uuid.uuid4().hex}"
         prepared.save(f"{root}/{bundle}")
-        spark.sparkContext.addFile(f"{root}/{bundle}", recursive=True)
+        bundle = ship_directory(spark, f"{root}/{bundle}")
         d = prepared.embeddings.dim
     m = int(settings["dim"]) if settings.get("dim") else projection_dim(d, delta, beta)
     job_key = new_job_key(seed)

@@ -6,6 +6,7 @@ and stopped by process group even when a test fails.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,9 +18,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-import dpspark
-from dpspark.cli import main
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -78,29 +76,33 @@ def connect_url(tmp_path_factory):
         proc.wait(timeout=30)
 
 
+def run_isolated(code: str) -> subprocess.CompletedProcess:
+    """Run client code in its own interpreter: a Spark Connect client switches pyspark's
+    session builder into Connect mode for the whole process, which must not leak into
+    the classic local[2] session the other test modules share."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+
+
 def test_perturb_job_through_connect(connect_url, tmp_path, glove):
     out = tmp_path / "o"
-    assert (
-        main(
-            [
-                "perturb",
-                "--input",
-                str(SAMPLE),
-                "--output",
-                str(out),
-                "--columns",
-                "text,title",
-                "--epsilon",
-                "10",
-                "--vocab-size",
-                "5000",
-                "--remote",
-                connect_url,
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    args = [
+        "perturb",
+        "--input",
+        str(SAMPLE),
+        "--output",
+        str(out),
+        "--columns",
+        "text,title",
+        "--epsilon",
+        "10",
+        "--vocab-size",
+        "5000",
+        "--remote",
+        connect_url,
+        "--quiet",
+    ]
+    done = run_isolated(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
+    assert done.returncode == 0, done.stderr[-3000:]
     src, dst = pq.read_table(SAMPLE), pq.read_table(out)
     assert dst.num_rows == src.num_rows and dst.schema.names == src.schema.names
     assert [f.type for f in dst.schema] == [f.type for f in src.schema]
@@ -120,18 +122,25 @@ def test_perturb_job_through_connect(connect_url, tmp_path, glove):
                 assert set(row[col].split()) <= vocab
         changed += bool(old["text"]) and row["text"] != old["text"].lower()
     assert changed > 400
-    import json
-
     m = json.loads((out / "_dpspark_manifest.json").read_text())
     assert m["status"] == "succeeded" and m["spark"]["master"] == "spark connect" and m["counts"]["rows"] == 500
 
 
 def test_api_through_connect_is_stable_within_a_run(connect_url):
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.remote(connect_url).getOrCreate()
-    df = session.read.parquet(str(SAMPLE))
-    out = dpspark.perturb_text(df, columns=["text"], epsilon=10, vocab_size=5000)
-    first = {r["id"]: r["text"] for r in out.collect()}
-    assert first == {r["id"]: r["text"] for r in out.collect()}
-    assert sum(1 for r in df.collect() if r["text"] and first[r["id"]] != r["text"].lower()) > 400
+    code = f"""
+import json
+from pyspark.sql import SparkSession
+import dpspark
+session = SparkSession.builder.remote({connect_url!r}).getOrCreate()
+df = session.read.parquet({str(SAMPLE)!r})
+out = dpspark.perturb_text(df, columns=["text"], epsilon=10, vocab_size=5000)
+first = {{r["id"]: r["text"] for r in out.collect()}}
+second = {{r["id"]: r["text"] for r in out.collect()}}
+raw = {{r["id"]: r["text"] for r in df.collect()}}
+print(json.dumps({{"same": first == second, "changed": sum(1 for k, t in raw.items() if t and first[k] != t.lower()),
+                  "schema_same": out.schema == df.schema}}))
+"""
+    done = run_isolated(code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["same"] and result["schema_same"] and result["changed"] > 400

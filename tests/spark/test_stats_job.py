@@ -13,6 +13,7 @@ from dpspark.embeddings import select_vocabulary
 from dpspark.geometry import geometry
 from dpspark.neighbours import ExactIndex
 from dpspark.rng import SeededRunWarning, new_job_key
+from dpspark.spark.session import ship_directory
 from dpspark.spark.stats import save_bundle, spark_per_word
 from dpspark.stats import compute_counts, per_word, plan, sample_words
 
@@ -34,8 +35,7 @@ def test_spark_equals_plain_numpy(spark, glove, tmp_path):
         key = new_job_key(5)
     expected = per_word(compute_counts(items, key, glove.vectors, vocab, a_by, ExactIndex(glove.vectors[vocab])))
     save_bundle(tmp_path / "b", glove, vocab, a_by, None)
-    spark.sparkContext.addFile(str(tmp_path / "b"), recursive=True)
-    got = spark_per_word(spark, items, key, "b")
+    got = spark_per_word(spark, items, key, ship_directory(spark, tmp_path / "b"))
     assert got == expected
     assert all(v[2] == 12 for v in got.values()) and len(got) == 2 * 2 * 25
 

@@ -1,0 +1,322 @@
+"""The perturb job on a real Spark standalone cluster (issue 5), killing a worker mid-run.
+
+A master and two one-core workers are started from the pip-installed pyspark (its
+``bin/spark-class``), all bound to 127.0.0.1. The executors run this interpreter
+(``PYSPARK_PYTHON``), where dpspark is installed, as a wheel installed on the nodes would.
+``jobs/perturb.py`` is submitted twice with the same seed: once undisturbed, once with
+one worker (and its executor) killed by SIGKILL while tasks run. The second run must
+lose no row and give exactly the text of the first: the noise is keyed by (job key,
+partition, batch), and the round-robin repartition sorts before it shuffles, so the
+recomputed map and reduce tasks see the same rows in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyspark
+import pytest
+
+from dpspark.embeddings import load_default
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+HOST = "127.0.0.1"
+ROWS, WORDS_PER_ROW = 20_000, 20
+MARKER = "DPSPARK_CLUSTER_TEST"  # every process we start (and its children) carries it
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _master_json(webui: int) -> dict:
+    with urllib.request.urlopen(f"http://{HOST}:{webui}/json/", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def _kill_marked(token: str) -> None:
+    """SIGKILL every process whose environment carries our marker (Python daemons set their own pgid)."""
+    needle = f"{MARKER}={token}".encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if needle in env:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+class Cluster:
+    def __init__(self, root: Path):
+        self.root = root
+        self.token = uuid.uuid4().hex
+        self.port, self.webui = _free_port(), _free_port()
+        self.url = f"spark://{HOST}:{self.port}"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = {
+            **os.environ,
+            MARKER: self.token,
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_LOCAL_HOSTNAME": "localhost",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOG_DIR": str(root / "logs"),
+            "SPARK_PID_DIR": str(root / "pids"),
+            "SPARK_WORKER_DIR": str(root / "work"),
+        }
+        self.env.pop("PYSPARK_GATEWAY_PORT", None)
+        self.env.pop("PYSPARK_GATEWAY_SECRET", None)
+        for d in ("logs", "pids", "work"):
+            (root / d).mkdir(parents=True, exist_ok=True)
+
+    def _start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.root / "logs" / f"{name}.out", "wb")  # closed below: the child keeps its copy
+        proc = subprocess.Popen(
+            [str(SPARK_HOME / "bin" / "spark-class"), *args],
+            env=env or self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start(self) -> None:
+        self._start(
+            "master",
+            ["org.apache.spark.deploy.master.Master", "--host", HOST, "--port", str(self.port)]
+            + ["--webui-port", str(self.webui)],
+        )
+        for i in (1, 2):
+            work = self.root / f"work{i}"
+            work.mkdir()
+            self._start(
+                f"worker{i}",
+                ["org.apache.spark.deploy.worker.Worker", self.url, "--host", HOST, "--cores", "1"]
+                + ["--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(work)],
+                env={**self.env, "SPARK_WORKER_DIR": str(work)},
+            )
+        deadline = time.monotonic() + 60
+        state: dict = {}
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                assert p.poll() is None, f"{name} exited with {p.returncode}: {self.log(name)}"
+            try:
+                state = _master_json(self.webui)
+                if state.get("aliveworkers") == 2:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"workers did not register within 60 s: {state}\n{self.log('master')}")
+
+    def log(self, name: str) -> str:
+        return (self.root / "logs" / f"{name}.out").read_text(errors="replace")[-4000:]
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: pgid == pid
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            self.kill(name)
+        _kill_marked(self.token)
+
+    def submit_args(self, src: Path, out: Path) -> list[str]:
+        return [
+            str(SPARK_HOME / "bin" / "spark-submit"),
+            "--master",
+            self.url,
+            "--conf",
+            "spark.executor.memory=1g",
+            "--conf",
+            "spark.task.maxFailures=8",
+            "--conf",
+            f"spark.driver.host={HOST}",
+            "--conf",
+            f"spark.driver.bindAddress={HOST}",
+            "--conf",
+            "spark.ui.enabled=false",
+            "jobs/perturb.py",
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+            "--columns",
+            "text",
+            "--epsilon",
+            "10",
+            "--vocab-size",
+            "50000",
+            "--seed",
+            "7",
+            "--partitions",
+            "8",
+            "--quiet",
+        ]
+
+    def submit(self, src: Path, out: Path, log: Path) -> subprocess.Popen:
+        with open(log, "wb") as f:
+            return subprocess.Popen(
+                self.submit_args(src, out),
+                cwd=REPO,
+                env=self.env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    for tool in ("spark-class", "spark-submit", "load-spark-env.sh", "find-spark-home"):
+        path = SPARK_HOME / "bin" / tool
+        assert path.exists(), f"{path} missing from the pyspark package"
+        if not os.access(path, os.X_OK):
+            os.chmod(path, path.stat().st_mode | 0o111)
+    c = Cluster(tmp_path_factory.mktemp("standalone"))
+    request.addfinalizer(c.stop)  # also runs if start() fails half-way
+    try:
+        t0 = time.monotonic()
+        c.start()
+        print(f"\n[cluster] master + 2 workers registered in {time.monotonic() - t0:.1f} s")
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    words = [w for w in load_default().words[:5000] if w.isalpha()]
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(words), size=(ROWS, WORDS_PER_ROW))
+    vocab = np.array(words, dtype=object)
+    text = [" ".join(row) for row in vocab[picks]]
+    text[0], text[1] = None, ""  # null and empty must come back as they are
+    path = tmp_path_factory.mktemp("corpus") / "input.parquet"
+    table = pa.table({"id": pa.array(np.arange(ROWS), pa.int64()), "text": pa.array(text, pa.string())})
+    pq.write_table(table, path)
+    return path
+
+
+def _text_by_id(path: Path) -> dict[int, str | None]:
+    t = pq.read_table(path, columns=["id", "text"])
+    ids, text = t.column("id").to_pylist(), t.column("text").to_pylist()
+    assert len(set(ids)) == len(ids), "duplicate ids in the output"
+    return dict(zip(ids, text))
+
+
+def _check_output(src: Path, out: Path) -> dict[int, str | None]:
+    before, after = _text_by_id(src), _text_by_id(out)
+    assert pq.read_schema(next(out.glob("*.parquet"))).names == ["id", "text"]
+    assert after.keys() == before.keys()
+    assert after[0] is None and after[1] == ""
+    changed = sum(after[i] != before[i] for i in before if before[i])
+    assert changed > 0.9 * (ROWS - 2)
+    assert all(len(after[i].split()) == WORDS_PER_ROW for i in before if before[i])
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded"
+    assert m["counts"]["rows"] == ROWS
+    assert m["counts"]["tokens"] == (ROWS - 2) * WORDS_PER_ROW
+    return after
+
+
+def _stat(pid: str) -> list[str]:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
+
+
+def _python_worker_under(pgid: int) -> bool:
+    """Whether an executor in process group ``pgid`` runs a PySpark daemon (its own pgid): mapInArrow runs."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if b"pyspark.daemon" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            if int(_stat(_stat(pid)[1])[2]) == pgid:
+                return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
+def test_perturb_survives_a_lost_worker(cluster, corpus, tmp_path, record_property):
+    # Run 1: undisturbed.
+    out1, log1 = tmp_path / "out1", tmp_path / "run1.log"
+    t0 = time.monotonic()
+    run1 = cluster.submit(corpus, out1, log1)
+    try:
+        code = run1.wait(timeout=300)
+    finally:
+        if run1.poll() is None:
+            os.killpg(run1.pid, signal.SIGKILL)
+    t_run1 = time.monotonic() - t0
+    assert code == 0, log1.read_text(errors="replace")[-6000:]
+    text1 = _check_output(corpus, out1)
+    record_property("run1_s", round(t_run1, 1))
+    print(f"[run 1] undisturbed: {t_run1:.1f} s")
+
+    # Run 2: same seed; kill worker 2 (and its executor) once tasks are running.
+    out2, log2 = tmp_path / "out2", tmp_path / "run2.log"
+    t0 = time.monotonic()
+    run2 = cluster.submit(corpus, out2, log2)
+    try:
+        deadline = t0 + 180
+        while not _python_worker_under(cluster.procs["worker2"].pid):
+            assert run2.poll() is None, "run 2 ended before worker 2's executor ran a Python (mapInArrow) task"
+            assert time.monotonic() < deadline, "worker 2's executor ran no Python task within 180 s"
+            time.sleep(0.1)
+        t_task = time.monotonic() - t0
+        time.sleep(2.5)  # into the first perturb task (it loads the bundle: several seconds)
+        assert run2.poll() is None, "run 2 finished before the worker was killed"
+        cluster.kill("worker2")
+        t_kill = time.monotonic() - t0
+        assert run2.poll() is None, "run 2 finished before the worker was killed"
+        code = run2.wait(timeout=300)
+    finally:
+        if run2.poll() is None:
+            os.killpg(run2.pid, signal.SIGKILL)
+    t_run2 = time.monotonic() - t0
+    log = log2.read_text(errors="replace")
+    assert code == 0, log[-6000:]
+    # The kill hit a live executor while it computed a task (Spark 4.3's driver log wording).
+    assert "Lost executor" in log, log[-6000:]
+    assert "its executor exited for a reason unrelated to the task" in log or "Lost task" in log, log[-6000:]
+    text2 = _check_output(corpus, out2)
+    record_property("run2_s", round(t_run2, 1))
+    record_property("run2_kill_at_s", round(t_kill, 1))
+    print(f"[run 2] Python worker on worker 2 at {t_task:.1f} s, killed at {t_kill:.1f} s, finished at {t_run2:.1f} s")
+
+    reran_map = "FetchFailed" in log or "Resubmitting" in log
+    print(f"[run 2] map (shuffle) stage recomputed after the kill: {reran_map}")
+    differing = [i for i in text1 if text1[i] != text2[i]]
+    assert not differing, f"{len(differing)} rows differ after the retry, e.g. id {differing[0]}"
