@@ -25,9 +25,7 @@ no pyspark.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS, Embeddings, load_embeddings, select_vocabulary
-from dpspark.errors import ConfigError, EmbeddingError, OutputExistsError
+from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.geometry import check_lambda, geometry
+from dpspark.outputs import check_output_dir, to_json, writing_into
 
 KS = (1, 5, 10, 20, 50, 100)
 PERCENTILES = (5, 20, 50, 80, 95)
@@ -298,20 +297,6 @@ def embedding_report(
     }
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, float | np.floating):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
-
-
 def _md_word(w: str) -> str:
     return "`" + w.replace("`", "'").replace("|", "\\|") + "`"
 
@@ -443,16 +428,6 @@ def _plot(r: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _check_output(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputExistsError(f"output {out_dir} exists and is not a directory; choose another --output")
-    if out_dir.exists() and not overwrite:
-        raise OutputExistsError(
-            f"output directory {out_dir} already exists; choose a new --output or pass --mode overwrite "
-            "(which replaces the report files in it)"
-        )
-
-
 def write_report(report: dict[str, Any], out_dir: str | Path, overwrite: bool = False) -> list[Path]:
     """Write ``embedding_report.json``, ``.md`` and ``.png`` into ``out_dir``.
 
@@ -471,30 +446,14 @@ def write_report(report: dict[str, Any], out_dir: str | Path, overwrite: bool = 
         or the files when the directory already existed).
     """
     out_dir = Path(out_dir)
-    _check_output(out_dir, overwrite)
-    created_root = None
-    if not out_dir.exists():
-        created_root = out_dir
-        while not created_root.parent.exists():
-            created_root = created_root.parent
-    written: list[Path] = []
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        paths = [out_dir / f for f in FILES]
-        text = json.dumps(_jsonable(report), indent=2, ensure_ascii=False, allow_nan=False)
+    paths = [out_dir / f for f in FILES]
+    with writing_into(out_dir, overwrite, "report") as written:
         written.append(paths[0])
-        paths[0].write_text(text + "\n", encoding="utf-8")
+        paths[0].write_text(to_json(report), encoding="utf-8")
         written.append(paths[1])
         paths[1].write_text(_markdown(report), encoding="utf-8")
         written.append(paths[2])
         _plot(report, paths[2])
-    except BaseException:
-        if created_root is not None:
-            shutil.rmtree(created_root, ignore_errors=True)
-        else:
-            for p in written:
-                p.unlink(missing_ok=True)
-        raise
     return paths
 
 
@@ -551,7 +510,7 @@ def run(args: dict[str, Any]) -> int:
     seed = int(args.get("seed") or 0)
     vocab_size = args.get("vocab_size", 50000)
     out_dir = Path(output)
-    _check_output(out_dir, mode == "overwrite")  # fail before the work, not after
+    check_output_dir(out_dir, mode == "overwrite", "report")  # fail before the work, not after
 
     emb = load_embeddings(
         args.get("embeddings") or DEFAULT_EMBEDDINGS,

@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
-import shutil
 import time
 import warnings
 from collections.abc import Sequence
@@ -45,8 +43,9 @@ from typing import Any
 import numpy as np
 
 from dpspark.embeddings import Embeddings, load_default
-from dpspark.errors import ConfigError, OutputExistsError
+from dpspark.errors import ConfigError
 from dpspark.mechanisms import check_epsilon
+from dpspark.outputs import check_output_dir, to_json, writing_into
 from dpspark.privemb import M_FORMULA, check_beta, check_delta, draw_projection, m1, privemb, projection_dim
 
 FILES = (
@@ -484,20 +483,6 @@ def evaluate(
 # --------------------------------------------------------------------------- output
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k) if not isinstance(k, float) else f"{k:g}": _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.integer | np.bool_):
-        return obj.item()
-    if isinstance(obj, float | np.floating):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
-
-
 def _csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
@@ -668,38 +653,19 @@ def _plot(approx: Approximation, metric: str, epsilons: Sequence[float], betas: 
     fig.savefig(path, dpi=100)
 
 
-def _check_output(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputExistsError(f"output {out_dir} exists and is not a directory; choose another --output")
-    if out_dir.exists() and not overwrite:
-        raise OutputExistsError(
-            f"output directory {out_dir} already exists; choose a new --output or pass --mode overwrite "
-            "(which replaces the evaluation files in it)"
-        )
-
-
 def write_outputs(ev: Evaluation, out_dir: str | Path, overwrite: bool = False) -> list[Path]:
     """Write FILES into ``out_dir``; on any failure remove what this call created."""
     out_dir = Path(out_dir)
-    _check_output(out_dir, overwrite)
-    created_root = None
-    if not out_dir.exists():
-        created_root = out_dir
-        while not created_root.parent.exists():
-            created_root = created_root.parent
     r = ev.report
     eps, betas = r["settings"]["epsilons"], r["settings"]["betas"]
-    written: list[Path] = []
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    with writing_into(out_dir, overwrite, "evaluation") as written:
         paths = {f: out_dir / f for f in FILES}
-        text = json.dumps(_jsonable(r), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
         cls_rows = r["classification"]["rows"] if r["classification"] else []
         contents = {
             "approximation.csv": _csv(r["approximation"], APPROX_COLUMNS),
             "classification.csv": _csv(cls_rows, CLASS_COLUMNS),
             "evaluation.md": _markdown(r, ev.approx),
-            "evaluation.json": text,
+            "evaluation.json": to_json(r),
         }
         for name, body in contents.items():
             written.append(paths[name])
@@ -707,13 +673,6 @@ def write_outputs(ev: Evaluation, out_dir: str | Path, overwrite: bool = False) 
         for metric, name in zip(METRICS, ("distance.png", "inner_product.png")):
             written.append(paths[name])
             _plot(ev.approx, metric, eps, betas, paths[name])
-    except BaseException:
-        if created_root is not None:
-            shutil.rmtree(created_root, ignore_errors=True)
-        else:
-            for p in written:
-                p.unlink(missing_ok=True)
-        raise
     return [out_dir / f for f in FILES]
 
 
@@ -766,7 +725,7 @@ def run(args: dict[str, Any]) -> int:
     if mode not in ("error", "overwrite"):
         raise ConfigError(f"mode must be 'error' or 'overwrite', got {mode!r}")
     out_dir = Path(output)
-    _check_output(out_dir, mode == "overwrite")  # fail before the work, not after
+    check_output_dir(out_dir, mode == "overwrite", "evaluation")  # fail before the work, not after
     kwargs = {
         "epsilons": _floats(args.get("epsilons", "1,2,5"), "epsilons"),
         "betas": _floats(args.get("betas", "0.5,0.6,0.7,0.8,0.9"), "betas"),
