@@ -1,35 +1,73 @@
 """dpspark: metric differential privacy (dχ-privacy) for text datasets on Spark.
 
-Public API:
-    perturb_text(df, columns, epsilon, ...)  Spark DataFrame → DataFrame (needs pyspark)
-    PerturbConfig                            the one configuration model
-    load_embeddings, prepare                 the pure-numpy core
+Public API (pyspark is needed only by the Spark functions, and imported when called):
+    release(df, output, columns, epsilon, ...)     write a private release: manifest, ledger, refusals
+    perturb_text(df, columns, epsilon, ...)        the lazy DataFrame → DataFrame transform
+    release_vectors(input, output, column, ...)    PrivEmb / M1 vectors release
+    privacy_stats(output, epsilons, lambdas, ...)  Nw/Sw statistics
+    PerturbConfig, VectorsConfig, StatsConfig      the configuration models
+    load_embeddings, prepare, WordMechanism, sample_noise   the pure-numpy core
+
+Importing dpspark has no side effects and loads nothing heavy: names are resolved on
+first use (PEP 562).
 """
 
 from __future__ import annotations
 
-from dpspark import _blas
-
-_blas.prefer_fast_kernels()  # before the first numpy import (see dpspark/_blas.py)
-
-from dpspark.config import PerturbConfig  # noqa: E402
-from dpspark.embeddings import Embeddings, load_embeddings  # noqa: E402
-from dpspark.errors import ConfigError, DPSparkError, EmbeddingError, InputDataError, OutputExistsError  # noqa: E402
-from dpspark.mechanisms import WordMechanism, sample_noise  # noqa: E402
-from dpspark.prepare import prepare  # noqa: E402
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "PerturbConfig": "dpspark.config",
+    "StatsConfig": "dpspark.config",
+    "VectorsConfig": "dpspark.config",
+    "Embeddings": "dpspark.embeddings",
+    "load_embeddings": "dpspark.embeddings",
+    "ConfigError": "dpspark.errors",
+    "DPSparkError": "dpspark.errors",
+    "EmbeddingError": "dpspark.errors",
+    "InputDataError": "dpspark.errors",
+    "LedgerError": "dpspark.errors",
+    "OutputError": "dpspark.errors",
+    "OutputExistsError": "dpspark.errors",
+    "PrivacyWarning": "dpspark.errors",
+    "ReleaseRefusedError": "dpspark.errors",
+    "WordMechanism": "dpspark.mechanisms",
+    "sample_noise": "dpspark.mechanisms",
+    "prepare": "dpspark.prepare",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dpspark' has no attribute {name!r}")
+
 
 def perturb_text(df, columns, epsilon, **settings):  # noqa: ANN001, ANN201 - pyspark types stay optional
-    """Privately perturb every token of ``columns`` of a Spark DataFrame.
+    """Privately perturb every token of ``columns`` of a Spark DataFrame (lazy).
 
     Returns a DataFrame with the same rows and schema, the text columns rewritten by
-    the chosen mechanism. See dpspark.spark.perturb.perturb_text for the arguments.
+    the chosen mechanism. To publish it, use ``release``. See
+    dpspark.spark.perturb.perturb_text for the arguments.
     """
     from dpspark.spark.perturb import perturb_text as _perturb_text
 
     return _perturb_text(df, columns=columns, epsilon=epsilon, **settings)
+
+
+def release(df, output, columns, epsilon, **settings):  # noqa: ANN001, ANN201
+    """Write a private release of ``df`` to ``output`` with its manifest and ledger entry.
+
+    The same path as ``dpspark perturb``: refuses an output overlapping the input or an
+    existing non-dpspark output, refuses re-releases unless ``allow_rerelease=True``,
+    commits atomically. Settings are PerturbConfig fields. Returns the manifest.
+    """
+    from dpspark.spark.perturb import release as _release
+
+    return _release(df, output=output, columns=columns, epsilon=epsilon, **settings)
 
 
 def privacy_stats(output, epsilons, lambdas, runs=100, **settings):  # noqa: ANN001, ANN201
@@ -46,28 +84,20 @@ def privacy_stats(output, epsilons, lambdas, runs=100, **settings):  # noqa: ANN
     )
 
 
-def release_vectors(input, output, column, epsilon, **settings):  # noqa: A002, ANN001, ANN201
+def release_vectors(input, output, column, epsilon, df=None, **settings):  # noqa: A002, ANN001, ANN201
     """Release private vectors (PrivEmb by default, or ``mechanism="m1"``) of one column of a
-    Parquet dataset; returns the manifest. Settings: delta, beta, dim, mechanism, seed, mode."""
+    Parquet dataset (or of ``df``); returns the manifest. Settings: VectorsConfig fields."""
     from dpspark.spark.vectors import run_release_vectors
 
-    return run_release_vectors({"input": input, "output": output, "column": column, "epsilon": epsilon, **settings})
+    settings = {"input": input, "output": output, "column": column, "epsilon": epsilon, **settings}
+    return run_release_vectors(settings, df=df)
 
 
 __all__ = [
-    "ConfigError",
-    "DPSparkError",
-    "EmbeddingError",
-    "Embeddings",
-    "InputDataError",
-    "OutputExistsError",
-    "PerturbConfig",
-    "WordMechanism",
     "__version__",
-    "load_embeddings",
     "perturb_text",
-    "prepare",
     "privacy_stats",
+    "release",
     "release_vectors",
-    "sample_noise",
+    *_LAZY,
 ]

@@ -1,87 +1,175 @@
-"""One typed, validated configuration behind the CLI, the YAML files, notebooks and the API.
+"""One family of typed, validated configuration models: one per command.
 
-Every field fails at construction with its name, the value and what is allowed
-(pydantic turns those into ConfigError via ``PerturbConfig.parse``).
+The CLI flags are derived from these models (``dpspark.cli.add_model_arguments``: one
+``--flag`` per field, its help text the field's description), and the YAML files in
+``conf/``, the notebook widgets and the Python API (``dpspark.release``,
+``dpspark.perturb_text``) go through the same ``parse``. Every field fails at
+construction with its name, the value and what is allowed; ``parse`` turns pydantic's
+errors into one ``ConfigError`` (exit code 2). ε, λ, δ, β and the seed are checked by
+``dpspark.params`` only.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dpspark import params
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS
 from dpspark.errors import ConfigError
-from dpspark.text import OOV_POLICIES
+from dpspark.text import LAYOUTS, OOV_POLICIES
 
 Mechanism = Literal["mahalanobis", "laplace"]
+Mode = Literal["error", "overwrite"]
 
 
-class PerturbConfig(BaseModel):
-    """Settings of the perturb job. ``epsilon`` has no default: the privacy level is a choice."""
+def _comma_list(v: Any) -> Any:
+    if isinstance(v, str):
+        v = [x.strip() for x in v.split(",") if x.strip()]
+    elif isinstance(v, int | float):
+        v = [v]
+    return v
+
+
+def _sorted_unique(values: list[float], check: Any, example: str) -> list[float]:
+    if not values:
+        raise ValueError(f"the grid is empty: give at least one value, e.g. {example}")
+    return sorted({check(v) for v in values})
+
+
+class Settings(BaseModel):
+    """Base of every command's settings: frozen, unknown keys refused, ``lambda`` spelled either way."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    input: str | None = None
-    output: str | None = None
-    columns: list[str] = Field(default_factory=list)
-    epsilon: float
-    mechanism: Mechanism = "mahalanobis"
-    lam: float | None = Field(default=None, alias="lambda")
-    embeddings: str = DEFAULT_EMBEDDINGS
-    embeddings_format: Literal[FORMATS] = "auto"  # type: ignore[valid-type]
-    embeddings_words: str | None = None
-    vocab_size: int = Field(default=50_000, ge=2)
-    vocab_file: str | None = None
-    vocab_from_corpus: bool = False
-    nn: Literal["exact", "annoy"] = "exact"
-    annoy_trees: int = Field(default=50, ge=1)
-    annoy_search_k: int = Field(default=-1, ge=-1)
-    recall_queries: int = Field(default=2000, ge=0)
-    oov: Literal[OOV_POLICIES] = "unk"  # type: ignore[valid-type]
-    oov_token: str = "[UNK]"
-    keep_original: bool = False
-    mode: Literal["error", "overwrite"] = "error"
-    seed: int | None = None
-    master: str | None = None
-    remote: str | None = None
-    batch_rows: int = Field(default=10_000, ge=1)
-    partitions: int | None = Field(default=None, ge=1)
-    partition: str | None = None
-    allow_rerelease: bool = False
+    @classmethod
+    def parse(cls, values: dict[str, Any]) -> Any:
+        """Build from a plain dict (YAML + flags + keywords); validation errors become ConfigError."""
+        values = {str(k).replace("-", "_"): v for k, v in values.items()}
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc)) from None
+
+    @classmethod
+    def from_sources(cls, config_file: str | None, flags: dict[str, Any]) -> Any:
+        """The YAML file's settings (if any) overlaid with the flags that were given."""
+        values = load_yaml(config_file) if config_file else {}
+        values.update(flags)
+        return cls.parse(values)
+
+
+class OutputSettings(Settings):
+    output: str | None = Field(default=None, description="output directory")
+    mode: Mode = Field(
+        default="error",
+        description="error (default): refuse an existing output; overwrite: replace an earlier dpspark output "
+        "(recognised by its manifest), never anything else",
+    )
+    seed: int | None = Field(default=None, description="fixed seed: tests and experiments only (warns)")
+    quiet: bool = Field(default=False, description="print nothing but errors")
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int | None) -> int | None:
+        return params.check_seed(v)
+
+
+class SparkSettings(Settings):
+    master: str | None = Field(default=None, description="Spark master URL (default local[*], or spark-submit's)")
+    remote: str | None = Field(
+        default=None, description="Spark Connect URL (sc://host:port) instead of a local/cluster session"
+    )
+
+
+class EmbeddingSettings(Settings):
+    embeddings: str = Field(default=DEFAULT_EMBEDDINGS, description=f"{DEFAULT_EMBEDDINGS} (default) or a path")
+    embeddings_format: Literal[FORMATS] = Field(  # type: ignore[valid-type]
+        default="auto", description=f"one of {', '.join(FORMATS)}"
+    )
+    embeddings_words: str | None = Field(default=None, description="word list for .npy embeddings")
+    vocab_size: int = Field(default=50_000, ge=2, description="output vocabulary: the first N words (50000)")
+    vocab_file: str | None = Field(default=None, description="output vocabulary: a public word list, one per line")
+
+
+class IndexSettings(Settings):
+    nn: Literal["exact", "annoy"] = Field(default="exact", description="nearest-neighbour search: exact or annoy")
+    annoy_trees: int = Field(default=50, ge=1, description="annoy: number of trees (50)")
+    annoy_search_k: int = Field(default=-1, ge=-1, description="annoy: search_k (-1 = annoy's default)")
+
+
+class ReleaseSettings(OutputSettings, SparkSettings):
+    """What every release (perturb, release-vectors) shares: paths, ETL partition, ledger, Spark."""
+
+    input: str | None = Field(default=None, description="input Parquet file or directory")
+    partition: str | None = Field(
+        default=None,
+        description="ETL: release one input partition (e.g. date=2026-11-21) into the same partition of --output",
+    )
+    allow_rerelease: bool = Field(
+        default=False,
+        description="release records again on purpose (spends privacy again; recorded in the ledger)",
+    )
+    partitions: int | None = Field(
+        default=None,
+        ge=1,
+        description="tasks to read the input with (smaller read splits; raw rows are never shuffled)",
+    )
+    batch_rows: int = Field(default=10_000, ge=1, description="rows per Arrow batch (10000)")
 
     @field_validator("partition")
     @classmethod
     def _partition(cls, v: str | None) -> str | None:
         if v is not None:
-            parts = [p.split("=", 1) for p in v.strip("/").split("/")]
-            if not all(len(p) == 2 and p[0] and p[1] for p in parts):
-                raise ValueError(f"expected KEY=VALUE[/KEY=VALUE...], e.g. date=2026-11-21, got {v!r}")
+            from dpspark.ledger import parse_spec
+
+            parse_spec(v)
         return v
 
-    @field_validator("epsilon")
-    @classmethod
-    def _epsilon(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"must be a positive finite number, got {v}")
-        return v
 
-    @field_validator("lam")
+class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
+    """Settings of ``dpspark perturb``. ``epsilon`` has no default: the privacy level is a choice."""
+
+    columns: list[str] = Field(default_factory=list, description="text column(s) to perturb, comma-separated")
+    epsilon: float = Field(description="privacy parameter ε > 0 (required, no default)")
+    mechanism: Mechanism = Field(default="mahalanobis", description="mahalanobis (default) or laplace")
+    lam: float | None = Field(default=None, alias="lambda", description="λ in [0, 1] for mahalanobis (default 1)")
+    vocab_from_corpus: bool = Field(
+        default=False, description="derive the vocabulary from the input (publishes its frequent words; warned)"
+    )
+    recall_queries: int = Field(default=2000, ge=0, description="noisy queries to measure annoy's recall (2000)")
+    oov: Literal[OOV_POLICIES] = Field(  # type: ignore[valid-type]
+        default="unk", description=f"out-of-vocabulary policy: {', '.join(OOV_POLICIES)} (default unk)"
+    )
+    oov_token: str = Field(default="[UNK]", description="placeholder of the unk policy ([UNK])")
+    layout: Literal[LAYOUTS] = Field(  # type: ignore[valid-type]
+        default="single",
+        description="single (default: tokens joined by single spaces); lines (keeps line breaks) or keep "
+        "(copies whitespace verbatim): both outside the guarantee",
+    )
+    keep_original: bool = Field(
+        default=False, description="also write the raw text as COL_original (the output is then NOT private)"
+    )
+
+    @field_validator("epsilon", mode="before")
     @classmethod
-    def _lam(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and 0.0 <= v <= 1.0):
-            raise ValueError(f"must be in [0, 1] (0 = Laplace, 1 = full Mahalanobis), got {v}")
-        return v
+    def _epsilon(cls, v: Any) -> float:
+        return params.check_epsilon(v)
+
+    @field_validator("lam", mode="before")
+    @classmethod
+    def _lam(cls, v: Any) -> float | None:
+        return None if v is None or v == "" else params.check_lambda(v)
 
     @field_validator("columns", mode="before")
     @classmethod
     def _columns(cls, v: Any) -> Any:
         if isinstance(v, str):
             v = [c.strip() for c in v.split(",")]
-        if isinstance(v, list) and any(not c for c in v):
+        if isinstance(v, list) and any(not isinstance(c, str) or not c for c in v):
             raise ValueError("column names must be non-empty")
         return v
 
@@ -104,13 +192,128 @@ class PerturbConfig(BaseModel):
             return 0.0
         return 1.0 if self.lam is None else self.lam
 
+
+class VectorsConfig(ReleaseSettings):
+    """Settings of ``dpspark release-vectors`` (PrivEmb or M1)."""
+
+    column: str = Field(
+        default="", description="array<float>/array<double>/ML vector column, or a text column (mean GloVe)"
+    )
+    epsilon: float = Field(description="ε > 0 (required)")
+    delta: float = Field(default=1e-6, description="δ in (0, 1) (1e-6)")
+    beta: float = Field(default=0.8, description="β in (0, 1): projection distortion (0.8)")
+    dim: int | None = Field(default=None, ge=1, description="m, overriding the formula")
+    mechanism: Literal["privemb", "m1"] = Field(default="privemb", description="privemb (default) or m1")
+    embeddings: str = Field(default=DEFAULT_EMBEDDINGS, description="for text columns: glove-6b-50d or a path")
+
+    _epsilon = field_validator("epsilon", mode="before")(classmethod(lambda cls, v: params.check_epsilon(v)))
+    _delta = field_validator("delta", mode="before")(classmethod(lambda cls, v: params.check_delta(v)))
+    _beta = field_validator("beta", mode="before")(classmethod(lambda cls, v: params.check_beta(v)))
+
+    @field_validator("column")
     @classmethod
-    def parse(cls, values: dict[str, Any]) -> PerturbConfig:
-        """Build from a plain dict (YAML + flags), turning validation errors into ConfigError."""
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            raise ConfigError(_describe(exc)) from None
+    def _column(cls, v: str) -> str:
+        if not v:
+            raise ValueError("name the column to release (--column COL)")
+        return v
+
+
+class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings):
+    """Settings of ``dpspark privacy-stats`` (Nw/Sw over a grid of ε and λ)."""
+
+    epsilons: list[float] = Field(
+        default_factory=lambda: [1.0, 5.0, 10.0, 20.0, 40.0], description="ε grid, comma-separated (1,5,10,20,40)"
+    )
+    lambdas: list[float] = Field(
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0], description="λ grid, comma-separated (0,0.25,0.5,0.75,1)"
+    )
+    runs: int = Field(default=100, description="K: runs of the mechanism per word (100)")
+    words: int = Field(default=500, ge=1, description="number of vocabulary words sampled uniformly (500)")
+    words_seed: int = Field(default=0, ge=0, description="seed of that public sample (0)")
+    word_list: str | None = Field(default=None, description="measure these words instead (one per line)")
+    corpus: str | None = Field(default=None, description="measure the most frequent vocabulary words of this Parquet")
+    columns: list[str] = Field(default_factory=list, description="text columns of --corpus")
+    words_per_task: int = Field(default=50, ge=1, description="words per work item (50)")
+    runs_per_task: int | None = Field(default=None, ge=1, description="runs per work item (all K)")
+
+    _lists = field_validator("epsilons", "lambdas", mode="before")(classmethod(lambda cls, v: _comma_list(v)))
+    _columns = field_validator("columns", mode="before")(PerturbConfig._columns.__func__)
+
+    @field_validator("epsilons")
+    @classmethod
+    def _epsilons(cls, v: list[float]) -> list[float]:
+        return _sorted_unique(v, params.check_epsilon, "--epsilons 1,5,10,20,40")
+
+    @field_validator("lambdas")
+    @classmethod
+    def _lambdas(cls, v: list[float]) -> list[float]:
+        return _sorted_unique(v, params.check_lambda, "--lambdas 0,1")
+
+    @field_validator("runs")
+    @classmethod
+    def _runs(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"K must be at least 2 to say anything about Nw and Sw, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _sources(self) -> StatsConfig:
+        if self.word_list and self.corpus:
+            raise ValueError("choose one of word_list and corpus")
+        if self.corpus and not self.columns:
+            raise ValueError("corpus needs --columns: the text columns to take words from")
+        return self
+
+
+class CalibrateConfig(StatsConfig):
+    """Settings of ``dpspark calibrate``: bounds, and the statistics to read (or compute first)."""
+
+    stats: str | None = Field(default=None, description="a privacy-stats output directory to read (else computed)")
+    max_nw_fraction: float | None = Field(default=None, gt=0, le=1, description="bound: Nw <= fraction*K (0.5)")
+    min_sw: float | None = Field(default=None, ge=1, description="bound: Sw >= this")
+    percentile: float = Field(default=100.0, gt=0, le=100, description="100 (default) = worst case; e.g. 95")
+
+
+class EmbeddingReportConfig(OutputSettings, EmbeddingSettings):
+    """Settings of ``dpspark embedding-report`` (public data only: no privacy noise)."""
+
+    lam: float = Field(default=1.0, alias="lambda", description="λ in [0, 1] for the ε factor (1)")
+    sample: int = Field(default=5000, ge=0, description="words whose k-NN percentiles are computed (0 = all)")
+    seed: int | None = Field(  # type: ignore[assignment]
+        default=0, description="seed of the word sample (0): a statistic of public data, so fixed by default"
+    )
+
+    _lam = field_validator("lam", mode="before")(classmethod(lambda cls, v: params.check_lambda(v)))
+
+
+class EvaluateVectorsConfig(OutputSettings):
+    """Settings of ``dpspark evaluate-vectors`` (a seeded experiment on public words)."""
+
+    epsilons: list[float] = Field(default_factory=lambda: [1.0, 2.0, 5.0], description="ε of the approximation runs")
+    betas: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9], description="β values for M2")
+    class_epsilons: list[float] = Field(default_factory=lambda: [5.0, 10.0, 20.0], description="ε of the classifier")
+    class_beta: float = Field(default=0.8, description="β of M2 in the classifier (0.8)")
+    runs: int = Field(default=10, ge=1, description="classifier runs (new split and noise each; 10)")
+    delta: float = Field(default=1e-6, description="δ of PrivEmb (1e-6)")
+    pairs: int = Field(default=100, ge=2, description="n of the n × n word pairs (100)")
+    skip_classifier: bool = Field(default=False, description="skip experiment 3 (the classifier)")
+    seed: int | None = Field(default=0, description="seed of every generator of the experiment (0)")  # type: ignore[assignment]
+
+    _lists = field_validator("epsilons", "betas", "class_epsilons", mode="before")(
+        classmethod(lambda cls, v: _comma_list(v))
+    )
+    _delta = field_validator("delta", mode="before")(classmethod(lambda cls, v: params.check_delta(v)))
+    _class_beta = field_validator("class_beta", mode="before")(classmethod(lambda cls, v: params.check_beta(v)))
+
+    @field_validator("epsilons", "class_epsilons")
+    @classmethod
+    def _epsilons(cls, v: list[float]) -> list[float]:
+        return [params.check_epsilon(e) for e in v]
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: list[float]) -> list[float]:
+        return sorted(params.check_beta(b) for b in v)
 
 
 def _describe(exc: ValidationError) -> str:
@@ -143,85 +346,3 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping of settings, got {type(data).__name__}")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
-
-
-def _float_list(v: Any) -> Any:
-    if isinstance(v, str):
-        v = [x for x in v.split(",") if x.strip()]
-    if isinstance(v, (int, float)):
-        v = [v]
-    return v
-
-
-class StatsConfig(BaseModel):
-    """Settings of the privacy-stats job (Nw/Sw over a grid of ε and λ)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-    output: str | None = None
-    epsilons: list[float] = Field(default_factory=lambda: [1.0, 5.0, 10.0, 20.0, 40.0])
-    lambdas: list[float] = Field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
-    runs: int = 100
-    words: int = 500
-    words_seed: int = 0
-    word_list: str | None = None
-    corpus: str | None = None
-    columns: list[str] = Field(default_factory=list)
-    embeddings: str = DEFAULT_EMBEDDINGS
-    embeddings_format: Literal[FORMATS] = "auto"  # type: ignore[valid-type]
-    embeddings_words: str | None = None
-    vocab_size: int = Field(default=50_000, ge=2)
-    vocab_file: str | None = None
-    nn: Literal["exact", "annoy"] = "exact"
-    annoy_trees: int = Field(default=50, ge=1)
-    annoy_search_k: int = Field(default=-1, ge=-1)
-    words_per_task: int = Field(default=50, ge=1)
-    runs_per_task: int | None = Field(default=None, ge=1)
-    mode: Literal["error", "overwrite"] = "error"
-    seed: int | None = None
-    master: str | None = None
-
-    _lists = field_validator("epsilons", "lambdas", mode="before")(classmethod(lambda cls, v: _float_list(v)))
-    _columns = field_validator("columns", mode="before")(PerturbConfig._columns.__func__)
-
-    @field_validator("epsilons")
-    @classmethod
-    def _epsilons(cls, v: list[float]) -> list[float]:
-        if not v:
-            raise ValueError("the grid is empty: give at least one ε, e.g. --epsilons 1,5,10,20,40")
-        bad = [e for e in v if not (math.isfinite(e) and e > 0)]
-        if bad:
-            raise ValueError(f"every ε must be a positive finite number, got {bad}")
-        return sorted(set(v))
-
-    @field_validator("lambdas")
-    @classmethod
-    def _lambdas(cls, v: list[float]) -> list[float]:
-        if not v:
-            raise ValueError("the grid is empty: give at least one λ, e.g. --lambdas 0,1")
-        bad = [x for x in v if not (math.isfinite(x) and 0 <= x <= 1)]
-        if bad:
-            raise ValueError(f"every λ must be in [0, 1], got {bad}")
-        return sorted(set(v))
-
-    @field_validator("runs")
-    @classmethod
-    def _runs(cls, v: int) -> int:
-        if v < 2:
-            raise ValueError(f"K must be at least 2 to say anything about Nw and Sw, got {v}")
-        return v
-
-    @model_validator(mode="after")
-    def _sources(self) -> StatsConfig:
-        if self.word_list and self.corpus:
-            raise ValueError("choose one of word_list and corpus")
-        if self.corpus and not self.columns:
-            raise ValueError("corpus needs --columns: the text columns to take words from")
-        return self
-
-    @classmethod
-    def parse(cls, values: dict[str, Any]) -> StatsConfig:
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            raise ConfigError(_describe(exc)) from None

@@ -1,4 +1,7 @@
-"""Named exceptions. Every message says what is wrong and what would be valid."""
+"""Named exceptions. Every message says what is wrong and what would be valid.
+
+Each class carries the process exit code of the ``dpspark`` command (README, "Exit codes").
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ class DPSparkError(Exception):
 
 
 class ConfigError(DPSparkError, ValueError):
-    """A setting is missing, out of range or inconsistent."""
+    """A setting is missing, out of range or inconsistent (paths that overlap the input included)."""
 
     exit_code = 2
 
@@ -27,13 +30,28 @@ class EmbeddingError(DPSparkError, ValueError):
     exit_code = 4
 
 
-class OutputExistsError(DPSparkError):
-    """The output path exists and the write mode is ``error``."""
+class OutputError(DPSparkError):
+    """The output cannot be used: it exists (mode ``error``), is not an earlier dpspark
+    output (mode ``overwrite``), or cannot be written."""
 
     exit_code = 5
 
 
+class OutputExistsError(OutputError):
+    """The output path exists and the write mode is ``error``."""
+
+
 class ReleaseRefusedError(DPSparkError):
-    """The partition was already released: releasing it again spends privacy again."""
+    """The records were already released: releasing them again spends privacy again."""
 
     exit_code = 7
+
+
+class LedgerError(DPSparkError):
+    """The release ledger of an output cannot be read: it must be repaired, never guessed."""
+
+    exit_code = 8
+
+
+class PrivacyWarning(UserWarning):
+    """An opt-in publishes something the guarantee does not cover (raw text, layout, corpus words)."""

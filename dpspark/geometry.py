@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpspark.errors import ConfigError, EmbeddingError
+from dpspark.errors import EmbeddingError
+from dpspark.params import check_lambda
 
 # Relative size below which an eigenvalue of Σ counts as zero (Σ has trace d, so
 # its mean eigenvalue is 1: this is absolute as well as relative).
@@ -31,13 +32,6 @@ def scaled_covariance(vectors: np.ndarray) -> np.ndarray:
     if not np.isfinite(trace) or trace <= 0:
         raise EmbeddingError("the vocabulary's embeddings have zero variance: the covariance is degenerate")
     return cov * (x.shape[1] / trace)
-
-
-def check_lambda(lam: float) -> float:
-    """Validate λ ∈ [0, 1]."""
-    if not (np.isfinite(lam) and 0.0 <= lam <= 1.0):
-        raise ConfigError(f"lambda must be in [0, 1] (0 = Laplace, 1 = full Mahalanobis), got {lam}")
-    return float(lam)
 
 
 @dataclass(frozen=True)

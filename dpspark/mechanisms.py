@@ -15,25 +15,12 @@ the noisy vector v and the noise Z are local to ``perturb_rows``.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from dpspark.errors import ConfigError
 from dpspark.neighbours import NeighbourIndex
+from dpspark.params import check_epsilon
 
 CHUNK = 8192
-
-
-def check_epsilon(epsilon: float) -> float:
-    """Validate ε > 0 and finite."""
-    try:
-        value = float(epsilon)
-    except (TypeError, ValueError):
-        raise ConfigError(f"epsilon must be a positive finite number, got {epsilon!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"epsilon must be a positive finite number, got {epsilon!r}")
-    return value
 
 
 def sample_noise(n: int, dim: int, epsilon: float, rng: np.random.Generator, a: np.ndarray | None = None) -> np.ndarray:

@@ -1,23 +1,20 @@
 """Driver-side preparation, once per run: embeddings → vocabulary → Σ, A → index → bundle.
 
-The *bundle* is a directory of plain files that executors need (embedding matrix,
-words, vocabulary rows, A, the annoy index, settings). The driver writes it once;
-Spark ships it (``dpspark.spark.session.ship_directory``) and every Python worker loads it once into a
-module-level cache (``load_perturber``). Nothing secret is in it: the job key travels
-separately inside the task closure and is never written to disk.
+``Prepared.write_bundle`` writes what executors need in the one bundle format
+(``dpspark.bundle``); ``dpspark.spark.resources`` ships it and every Python worker
+loads it once into its bounded cache, then builds its perturber with ``perturber_from``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
+from dpspark.bundle import Resources, save_bundle
 from dpspark.config import PerturbConfig
 from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
@@ -50,33 +47,25 @@ class Prepared:
         return WordMechanism(self.embeddings.vectors, self.vocab_rows, self.config.epsilon, self.geometry.a, self.index)
 
     def perturber(self) -> TextPerturber:
+        c = self.config
         return TextPerturber(
-            self.mechanism, self.embeddings.words, self.embeddings.word_index, self.config.oov, self.config.oov_token
+            self.mechanism, self.embeddings.words, self.embeddings.word_index, c.oov, c.oov_token, layout=c.layout
         )
 
-    def save(self, directory: str | Path) -> Path:
-        """Write the executor bundle into ``directory`` (created)."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        np.save(d / "vectors.npy", self.embeddings.vectors)
-        np.save(d / "vocab_rows.npy", self.vocab_rows)
-        np.save(d / "a.npy", self.geometry.a)
-        words = pa.table({"word": pa.array(self.embeddings.words, pa.string())})
-        with pa.OSFile(str(d / "words.arrow"), "wb") as sink, pa.ipc.new_file(sink, words.schema) as writer:
-            writer.write_table(words)
+    def write_bundle(self, directory: str | Path) -> Path:
+        """Write the executor bundle (``dpspark.bundle``) of this run into ``directory``."""
         settings = {
             "epsilon": self.config.epsilon,
             "oov": self.config.oov,
             "oov_token": self.config.oov_token,
+            "layout": self.config.layout,
             "nn": self.index.method,
             "nn_params": self.index.params(),
         }
-        if isinstance(self.index, AnnoyIndex):
-            target = d / "index.ann"
-            if Path(self.index.path).resolve() != target.resolve():
-                target.write_bytes(Path(self.index.path).read_bytes())
-        (d / "settings.json").write_text(json.dumps(settings))
-        return d
+        annoy = self.index.path if isinstance(self.index, AnnoyIndex) else None
+        return save_bundle(
+            directory, self.embeddings, settings, self.vocab_rows, {self.geometry.lam: self.geometry.a}, annoy
+        )
 
     def manifest_fields(self) -> dict:
         """Mechanism, embedding, vocabulary and index facts for the run manifest (no text, no key)."""
@@ -87,7 +76,8 @@ class Prepared:
             "lambda": g.lam,
             "euclidean_epsilon_bound": g.euclidean_epsilon(c.epsilon),
             "xi_min": g.xi_min,
-            "guarantee": guarantee_text(c.epsilon, g),
+            "guarantee": guarantee_text(c, g),
+            "outside_guarantee": outside_guarantee(c),
             "embeddings": {
                 "name": self.embeddings.name,
                 "sha256": self.embeddings.sha256,
@@ -107,6 +97,8 @@ class Prepared:
                 "meets_agreement_bar": None if self.recall is None else self.recall >= AGREEMENT_BAR,
             },
             "oov_policy": c.oov,
+            "layout": c.layout,
+            "keep_original": c.keep_original,
             "seeded": c.seed is not None,
         }
 
@@ -119,13 +111,40 @@ def vocabulary_source(c: PerturbConfig) -> str:
     return f"first {c.vocab_size} words of the embedding's own (frequency-ordered) vocabulary"
 
 
-def guarantee_text(epsilon: float, g: Geometry) -> str:
-    return (
-        f"For any two texts of equal length n and any output, the probabilities differ by at most a factor "
-        f"exp({epsilon:g} * sum_i ||phi(w_i) - phi(w'_i)||_RM) with lambda = {g.lam:g}; in Euclidean terms at most "
-        f"exp({g.euclidean_epsilon(epsilon):.4g} * sum_i ||phi(w_i) - phi(w'_i)||_2). Out-of-vocabulary tokens are "
-        "not covered: see the OOV policy."
+def outside_guarantee(c: PerturbConfig) -> list[str]:
+    """The opt-ins of this run that publish something the mechanism does not protect."""
+    notes = []
+    if c.keep_original:
+        notes.append("keep_original: the raw text of every perturbed column is written beside it as <column>_original")
+    if c.oov == "keep":
+        notes.append("oov keep: out-of-vocabulary tokens are published verbatim")
+    if c.layout == "lines":
+        notes.append("layout lines: the number of lines of every text is published")
+    if c.layout == "keep":
+        notes.append("layout keep: the input's whitespace (spaces, tabs, line breaks) is published verbatim")
+    if c.vocab_from_corpus:
+        notes.append("vocab_from_corpus: the output vocabulary is the corpus's most frequent words")
+    return notes
+
+
+def guarantee_text(c: PerturbConfig, g: Geometry) -> str:
+    """The guarantee in words; it says plainly when an opt-in makes the output not private."""
+    if c.keep_original:
+        return (
+            "NONE: THIS OUTPUT IS NOT PRIVATE. keep_original wrote the raw text beside the perturbed text "
+            "(<column>_original), so the output discloses the input verbatim."
+        )
+    text = (
+        f"For any two texts of equal length n (in tokens) and any output, the probabilities differ by at most a "
+        f"factor exp({c.epsilon:g} * sum_i ||phi(w_i) - phi(w'_i)||_RM) with lambda = {g.lam:g}; in Euclidean "
+        f"terms at most exp({g.euclidean_epsilon(c.epsilon):.4g} * sum_i ||phi(w_i) - phi(w'_i)||_2). The token "
+        "count is public. Out-of-vocabulary tokens are not covered: see the OOV policy."
     )
+    if c.layout != "single":
+        text += f" Layout {c.layout!r} publishes whitespace the guarantee does not cover (see outside_guarantee)."
+    if c.oov == "keep":
+        text += " Policy oov=keep publishes out-of-vocabulary tokens verbatim: those tokens are NOT private."
+    return text
 
 
 def read_word_list(path: str) -> list[str]:
@@ -205,20 +224,9 @@ def prepare(
     return Prepared(config, emb, rows, geo, index, recall, n_q, timings)
 
 
-def load_perturber(directory: str | Path) -> TextPerturber:
-    """Rebuild the TextPerturber from a bundle (executor side; memory-maps the big arrays)."""
-    d = Path(directory)
-    settings = json.loads((d / "settings.json").read_text())
-    vectors = np.load(d / "vectors.npy", mmap_mode="r")
-    rows = np.load(d / "vocab_rows.npy")
-    a = np.load(d / "a.npy")
-    with pa.memory_map(str(d / "words.arrow")) as src:
-        words = pa.ipc.open_file(src).read_all().column("word").to_pylist()
-    if settings["nn"] == "annoy":
-        p = settings["nn_params"]
-        index: NeighbourIndex = AnnoyIndex(str(d / "index.ann"), vectors.shape[1], p["n_trees"], p["search_k"])
-    else:
-        index = ExactIndex(vectors[rows])
-    mech = WordMechanism(vectors, rows, settings["epsilon"], a, index)
-    word_index = {w: i for i, w in enumerate(words)}
-    return TextPerturber(mech, words, word_index, settings["oov"], settings["oov_token"])
+def perturber_from(res: Resources) -> TextPerturber:
+    """The executor's TextPerturber from a loaded bundle (one λ)."""
+    s = res.settings
+    (a,) = res.a_by_lambda.values()
+    mech = WordMechanism(res.vectors, res.vocab_rows, s["epsilon"], a, res.index)
+    return TextPerturber(mech, res.words, res.word_index, s["oov"], s["oov_token"], layout=s["layout"])

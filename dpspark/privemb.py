@@ -25,21 +25,10 @@ import math
 import numpy as np
 
 from dpspark.errors import ConfigError
-from dpspark.mechanisms import check_epsilon, sample_radial
+from dpspark.mechanisms import sample_radial
+from dpspark.params import check_beta, check_delta, check_epsilon
 
 M_FORMULA = "m = ceil((sqrt(ln d) + sqrt(ln(1/delta)))^2 / beta^2)  (constant of the Omega taken as 1)"
-
-
-def check_beta(beta: float) -> float:
-    if not (math.isfinite(beta) and 0.0 < beta < 1.0):
-        raise ConfigError(f"beta must be in (0, 1) (the projection's distortion), got {beta}")
-    return float(beta)
-
-
-def check_delta(delta: float) -> float:
-    if not (math.isfinite(delta) and 0.0 < delta < 1.0):
-        raise ConfigError(f"delta must be in (0, 1) (e.g. 1e-6), got {delta}")
-    return float(delta)
 
 
 def projection_dim(d: int, delta: float, beta: float) -> int:

@@ -77,15 +77,20 @@ def write_summary(table: pa.Table, out_dir: Path) -> list[dict]:
 
 def write_plots(table: pa.Table, out_dir: Path) -> list[str]:
     """percentiles.png (Nw and Sw percentiles vs ε per λ) and histograms.png (per ε, per λ)."""
-    import matplotlib
+    # The object-oriented API with the Agg canvas: no global backend switch (matplotlib.use)
+    # that would change the caller's own plotting, no pyplot state.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def subplots(rows: int, cols: int, figsize: tuple[float, float]):  # noqa: ANN202
+        fig = Figure(figsize=figsize)
+        FigureCanvasAgg(fig)
+        return fig, fig.subplots(rows, cols, squeeze=False)
 
     g = grid(table)
     eps = sorted({e for e, _ in g})
     lams = sorted({lam for _, lam in g})
-    fig, axes = plt.subplots(2, len(PERCENTILES), figsize=(4 * len(PERCENTILES), 7), squeeze=False)
+    fig, axes = subplots(2, len(PERCENTILES), (4 * len(PERCENTILES), 7))
     for row, (name, idx) in enumerate((("Nw", 0), ("Sw", 1))):
         for col, p in enumerate(PERCENTILES):
             ax = axes[row][col]
@@ -97,9 +102,8 @@ def write_plots(table: pa.Table, out_dir: Path) -> list[str]:
     axes[0][0].legend()
     fig.tight_layout()
     fig.savefig(out_dir / "percentiles.png", dpi=110)
-    plt.close(fig)
 
-    fig, axes = plt.subplots(2, len(eps), figsize=(3.2 * len(eps), 6), squeeze=False)
+    fig, axes = subplots(2, len(eps), (3.2 * len(eps), 6))
     k = next(iter(g.values()))[2]
     for col, e in enumerate(eps):
         for row, (name, idx) in enumerate((("Nw", 0), ("Sw", 1))):
@@ -110,7 +114,6 @@ def write_plots(table: pa.Table, out_dir: Path) -> list[str]:
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "histograms.png", dpi=110)
-    plt.close(fig)
     return ["percentiles.png", "histograms.png"]
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.geometry import check_lambda
-from dpspark.mechanisms import WordMechanism, check_epsilon
+from dpspark.mechanisms import WordMechanism
 from dpspark.neighbours import NeighbourIndex
+from dpspark.params import check_epsilon, check_lambda
 from dpspark.rng import batch_generator
 
 PERCENTILES = (5, 50, 95)

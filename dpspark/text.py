@@ -5,9 +5,19 @@ lower-cased, words are runs of letters/digits, clitics are split the way the
 Stanford tokenizer does ("don't" → "do" "n't", "john's" → "john" "'s"), and every
 other non-space character is a token of its own (GloVe has vectors for "," "." "!").
 Every non-whitespace character of the input belongs to a token and is therefore
-replaced; only the whitespace between tokens is kept, so the output has the same
-token count and line structure as the input (the guarantee compares strings of
-equal length n).
+replaced.
+
+The guarantee covers token sequences of a public length; whitespace is not a token,
+so how the output is laid out is a separate choice (``LAYOUTS``):
+
+- ``single`` (default, the only layout inside the guarantee): the output tokens
+  joined by single spaces, nothing else. The output shows the tokens and their
+  count, nothing more about the input.
+- ``lines``: line breaks are kept (every break ``str.splitlines`` recognises, written
+  as "\\n"), tokens within a line are joined by single spaces. Reveals the line
+  structure of the input: outside the guarantee.
+- ``keep``: the input's whitespace is copied verbatim (double spaces, tabs, CRLF,
+  Unicode spaces). A channel outside the guarantee: opt-in only.
 
 Out-of-vocabulary tokens (no vector in the embedding) cannot enter the mechanism.
 Their handling is an explicit policy (``OOV_POLICIES``):
@@ -16,16 +26,18 @@ Their handling is an explicit policy (``OOV_POLICIES``):
   output reveals *where* unembeddable tokens were, never what they were.
 - ``random``: replaced by a uniformly random vocabulary word, independent of the
   token: reveals nothing about it, and hides the positions less plainly.
-- ``drop``: removed together with the whitespace before it. Reveals nothing about
-  the token; changes the token count.
+- ``drop``: removed. Reveals nothing about the token; changes the token count.
 - ``keep``: released verbatim. This publishes the raw token (names, numbers, rare
   spellings are typically OOV) and gives it no protection at all; opt-in only.
+
+A value that is not valid UTF-8 (a corrupt row) is handled as one out-of-vocabulary
+token, so one bad row never fails a batch (see ``decode_strings``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
 from itertools import chain
 
 import numpy as np
@@ -34,51 +46,100 @@ import pyarrow as pa
 from dpspark.mechanisms import WordMechanism
 
 OOV_POLICIES = ("unk", "random", "drop", "keep")
+LAYOUTS = ("single", "lines", "keep")
 TOKEN_PATTERN = r"\w+(?=n't\b)|n't\b|'\w+|\w+|[^\w\s]"
 _SPLIT = re.compile(f"({TOKEN_PATTERN})")
+# Exactly the line boundaries of str.splitlines; all of them are whitespace (\s).
+_LINE_BREAK = re.compile("\r\n|[\n\v\f\r\x1c\x1d\x1e\x85\u2028\u2029]")
+
+COUNT_NAMES = ("tokens", "placeholders")
 
 
 def tokenize(text: str) -> tuple[list[str], list[str]]:
     """Split lower-cased ``text`` into (tokens, gaps) with len(gaps) = len(tokens) + 1.
 
-    ``detokenize(tokens, gaps) == text.lower()`` for any string.
+    Tokens never contain whitespace and gaps contain nothing else.
+    ``detokenize(tokens, gaps) == text.lower()`` whenever no two tokens are adjacent.
     """
     parts = _SPLIT.split(text.lower())
     return parts[1::2], parts[0::2]
 
 
 def detokenize(tokens: list[str], gaps: list[str]) -> str:
-    """Interleave gaps and tokens; an empty gap between two tokens becomes one space.
+    """Interleave gaps and tokens (len(gaps) = len(tokens) + 1), whitespace verbatim.
 
-    Adjacent input tokens ("dog!", "don't") would otherwise glue into one string
-    after replacement ("dogrequiem"); the space keeps every output token readable and
-    re-tokenisable. ``detokenize(*tokenize(t))`` is ``t.lower()`` up to those spaces.
+    An empty gap between two tokens becomes one space: adjacent input tokens ("dog!",
+    "don't") would otherwise glue into one string after replacement ("dogrequiem");
+    the space keeps every output token readable and re-tokenisable. A text without
+    tokens comes back as its one gap (whitespace-only text unchanged).
     """
+    if not tokens:
+        return gaps[0]
     inner = [g or " " for g in gaps[1:-1]]
-    return gaps[0] + "".join(chain.from_iterable(zip(tokens, inner))) + (tokens[-1] if tokens else "") + gaps[-1]
+    return gaps[0] + "".join(chain.from_iterable(zip(tokens, inner))) + tokens[-1] + gaps[-1]
 
 
-COUNT_NAMES = ("tokens", "in_vocabulary", "oov", "replaced")
+def assemble(tokens: Sequence[str | None], gaps: list[str], layout: str = "single") -> str:
+    """The output text of one row: ``tokens`` (None = dropped) laid out by ``layout``.
+
+    ``single``: the kept tokens joined by single spaces. ``lines``: the same, but each
+    gap that holds line breaks becomes that many "\\n" (breaks in the gaps around a
+    dropped token are kept; a line without tokens is empty). ``keep``: ``detokenize``,
+    where a dropped token takes the whitespace before it along (the text's leading
+    whitespace stays where it was).
+    """
+    if layout == "single":
+        return " ".join(t for t in tokens if t is not None)
+    if layout == "lines":
+        parts: list[str] = []
+        breaks = 0
+        for token, gap in zip(tokens, gaps):
+            breaks += len(_LINE_BREAK.findall(gap))
+            if token is None:
+                continue
+            parts.append("\n" * breaks if breaks else " " if parts else "")
+            parts.append(token)
+            breaks = 0
+        breaks += len(_LINE_BREAK.findall(gaps[-1]))
+        parts.append("\n" * breaks)
+        return "".join(parts)
+    kept = [i for i, t in enumerate(tokens) if t is not None]
+    if len(kept) < len(tokens):  # a dropped token takes the gap before it along
+        if not kept:
+            return gaps[0] + gaps[-1]
+        gaps = [gaps[0]] + [gaps[i] for i in kept[1:]] + [gaps[-1]]
+    return detokenize([t for t in tokens if t is not None], gaps)
 
 
-@dataclass
-class Counts:
-    """What a perturbation did; adds up over batches, columns and tasks."""
+def decode_strings(array: pa.Array) -> tuple[list[str | None], np.ndarray]:
+    """Python strings of a string array that may hold invalid UTF-8, and where it does.
 
-    tokens: int = 0
-    in_vocabulary: int = 0
-    oov: int = 0
-    replaced: int = 0
-
-    def __add__(self, other: Counts) -> Counts:
-        return Counts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
-    @classmethod
-    def from_rows(cls, per_row: np.ndarray) -> Counts:
-        return cls(*(int(x) for x in per_row.sum(axis=0)))
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: int(getattr(self, f.name)) for f in fields(self)}
+    Returns (texts, invalid): ``invalid`` is a boolean mask of the rows whose bytes are
+    not valid UTF-8; those rows hold their bytes decoded with ``errors="replace"``.
+    Nulls stay None. The common case (all valid) costs one ``to_pylist()``.
+    """
+    try:
+        return array.to_pylist(), np.zeros(len(array), dtype=bool)
+    except UnicodeDecodeError:
+        pass
+    if pa.types.is_large_string(array.type):
+        raw = array.view(pa.large_binary())
+    elif hasattr(pa.types, "is_string_view") and pa.types.is_string_view(array.type):  # pyarrow >= 16
+        raw = array.view(pa.binary_view())
+    else:
+        raw = array.view(pa.binary())
+    texts: list[str | None] = []
+    invalid = np.zeros(len(array), dtype=bool)
+    for i, value in enumerate(raw.to_pylist()):
+        if value is None:
+            texts.append(None)
+            continue
+        try:
+            texts.append(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append(value.decode("utf-8", errors="replace"))
+            invalid[i] = True
+    return texts, invalid
 
 
 class TextPerturber:
@@ -89,7 +150,8 @@ class TextPerturber:
         words: the embedding's words, row-aligned with ``mechanism.vectors``.
         word_index: word → embedding row.
         oov: one of OOV_POLICIES.
-        oov_token: the placeholder of the ``unk`` policy.
+        oov_token: the placeholder of the ``unk`` policy (non-empty, no whitespace).
+        layout: one of LAYOUTS; only ``single`` stays inside the guarantee.
     """
 
     def __init__(
@@ -99,28 +161,44 @@ class TextPerturber:
         word_index: dict[str, int],
         oov: str = "unk",
         oov_token: str = "[UNK]",
+        *,
+        layout: str = "single",
     ) -> None:
         if oov not in OOV_POLICIES:
             raise ValueError(f"oov policy must be one of {OOV_POLICIES}, got {oov!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if not oov_token or any(c.isspace() for c in oov_token):
+            raise ValueError(f"oov_token must be non-empty and hold no whitespace, got {oov_token!r}")
         self.mechanism = mechanism
         self.word_index = word_index
-        self.oov, self.oov_token = oov, oov_token
+        self.oov, self.oov_token, self.layout = oov, oov_token, layout
         self.vocab_words = np.asarray(words, dtype=object)[mechanism.vocab_rows]
 
     def perturb_array(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, np.ndarray]:
         """Perturb one string array.
 
+        Rows that are not valid UTF-8 become one out-of-vocabulary token each (under
+        ``keep``: their bytes decoded with replacement characters).
+
         Returns:
-            (new array of the same type, per-row counts: an (n_rows × 4) int64 array with
+            (new array of the same type, per-row counts: an (n_rows × 2) int64 array with
             the columns of COUNT_NAMES). Nulls stay null, empty strings stay empty.
+            The counts are read off the output text alone, so publishing them adds
+            nothing to what the released text shows: ``tokens`` = whitespace-separated
+            tokens of the output row, ``placeholders`` = those equal to ``oov_token``
+            under the ``unk`` policy (0 otherwise). No count of replaced or OOV input
+            tokens is made: it would reveal what the output hides.
         """
-        texts = array.to_pylist()
-        split = [tokenize(t) if t is not None else None for t in texts]
+        texts, invalid = decode_strings(array)
+        split: list[tuple[list[str], list[str]] | None] = [
+            None if t is None else ([t], ["", ""]) if bad else tokenize(t) for t, bad in zip(texts, invalid)
+        ]
         lengths = np.array([len(s[0]) if s is not None else 0 for s in split], dtype=np.int64)
         tokens = list(chain.from_iterable(s[0] for s in split if s is not None))
         lookup = self.word_index.get
         rows = np.fromiter((lookup(t, -1) for t in tokens), np.int64, len(tokens))
-        known = rows >= 0
+        known = (rows >= 0) & ~np.repeat(invalid, lengths)
 
         out = np.empty(len(tokens), dtype=object)
         out[known] = self.vocab_words[self.mechanism.perturb_rows(rows[known], rng)]
@@ -132,34 +210,23 @@ class TextPerturber:
                 out[~known] = self.vocab_words[rng.integers(0, len(self.vocab_words), n_oov)]
             elif self.oov == "keep":
                 out[~known] = np.asarray(tokens, dtype=object)[~known]
-            else:  # drop: marked None, removed below with the gap before it
+            else:  # drop: marked None, left out by assemble
                 out[~known] = None
 
-        changed = out != np.asarray(tokens, dtype=object) if tokens else np.zeros(0, bool)
-        row_of_token = np.repeat(np.arange(len(texts)), lengths)
-        per_row = np.zeros((len(texts), len(COUNT_NAMES)), dtype=np.int64)
-        per_row[:, 0] = lengths
-        per_row[:, 1] = np.bincount(row_of_token, weights=known, minlength=len(texts))
-        per_row[:, 2] = lengths - per_row[:, 1]
-        per_row[:, 3] = np.bincount(row_of_token, weights=changed, minlength=len(texts))
-
         result: list[str | None] = []
+        per_row = np.zeros((len(texts), len(COUNT_NAMES)), dtype=np.int64)
         pos = 0
-        for s, n in zip(split, lengths):
+        for r, (s, n) in enumerate(zip(split, lengths)):
             if s is None:
                 result.append(None)
                 continue
-            new_tokens = out[pos : pos + n]
+            text = assemble(out[pos : pos + n], s[1], self.layout)
             pos += n
-            gaps = s[1]
-            if self.oov == "drop" and n:
-                # A dropped token takes the whitespace before it along (the leading
-                # whitespace of the text stays where it was).
-                keep = [i for i in range(n) if new_tokens[i] is not None]
-                kept_gaps = [gaps[0]] + [gaps[i] for i in keep[1:]] + [gaps[-1]]
-                result.append(detokenize([new_tokens[i] for i in keep], kept_gaps) if keep else gaps[0] + gaps[-1])
-            else:
-                result.append(detokenize(list(new_tokens), gaps))
+            result.append(text)
+            fields = text.split()
+            per_row[r, 0] = len(fields)
+            if self.oov == "unk":
+                per_row[r, 1] = fields.count(self.oov_token)
         return pa.array(result, type=array.type), per_row
 
     def perturb_texts(self, texts: list[str | None], rng: np.random.Generator) -> list[str | None]:

@@ -1,90 +1,204 @@
-"""The few file-system operations a job needs: exists, remove, rename, write a small file.
+"""Paths as Spark resolves them, and the few file operations a release needs.
 
-Local paths (and file: URIs) use the Python standard library; every other scheme
-(hdfs:, s3a:, abfss:, dbfs:) goes through Hadoop's FileSystem of the running JVM,
-so it works with whatever connectors the cluster has configured.
+A path without a scheme means what it means to Spark: a path on the session's
+*default* file system (``fs.defaultFS``: dbfs:/ on Databricks, HDFS on YARN, viewfs,
+s3a, or file:/ in local mode), relative to its working directory. So every operation
+goes through the Hadoop ``FileSystem`` of the session's own Hadoop configuration (the
+one Spark SQL uses to read and write), and ``resolve`` turns a path into the fully
+qualified URI of where the bytes really are: scheme and authority added, viewfs mount
+points and symbolic links followed. Overlap checks compare those.
+
+Spark Connect has no JVM on the client. There, paths are the client's local paths
+(absolute, symbolic links resolved), which is what a local Connect server reads; a
+remote server's file systems are out of reach of the client, and the overlap check
+then compares the paths as given.
 """
 
 from __future__ import annotations
 
+import os
+import posixpath
 import shutil
+import socket
+import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
-
-def _local(path: str) -> Path | None:
-    parsed = urlparse(path)
-    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # "C:" on Windows
-        return Path(parsed.path if parsed.scheme == "file" else path)
-    return None
+from dpspark.spark.session import is_connect
 
 
 class FileSystem:
+    """File operations on the session's Hadoop file systems (or the local one on Spark Connect)."""
+
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
+        self.local = is_connect(spark)
+        if not self.local:
+            jvm = spark.sparkContext._jvm
+            self._jvm = jvm
+            self._conf = spark._jsparkSession.sessionState().newHadoopConf()
+
+    # --- resolution -------------------------------------------------------------------------------
 
     def _hadoop(self, path: str):  # noqa: ANN202 - py4j objects
-        jvm = self.spark.sparkContext._jvm
-        p = jvm.org.apache.hadoop.fs.Path(path)
-        return p.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()), p
+        p = self._jvm.org.apache.hadoop.fs.Path(path)
+        return p.getFileSystem(self._conf), p
 
-    def absolute(self, path: str) -> str:
-        """``path`` made absolute when it is local; other URIs unchanged."""
-        local = _local(path)
-        return str(local.resolve()) if local is not None and not path.startswith("file:") else path
+    def resolve(self, path: str) -> str:
+        """The fully qualified location of ``path``: scheme, authority, mounts and symlinks resolved.
+
+        A path that does not exist yet is resolved through its deepest existing ancestor.
+        """
+        if self.local:
+            return str(Path(urlparse(path).path if path.startswith("file:") else path).resolve())
+        fs, p = self._hadoop(path)
+        q = fs.makeQualified(p)
+        tail: list[str] = []
+        while not fs.exists(q) and q.getParent() is not None:
+            tail.append(q.getName())
+            q = q.getParent()
+        if fs.exists(q):
+            q = fs.resolvePath(q)
+            if q.toUri().getScheme() == "file":  # Hadoop's local FS does not follow symlinks itself
+                q = self._jvm.org.apache.hadoop.fs.Path("file://" + os.path.realpath(q.toUri().getPath()))
+        resolved = str(q.toString()).rstrip("/")
+        return posixpath.join(resolved, *reversed(tail)) if tail else resolved
+
+    @staticmethod
+    def inside(path: str, root: str) -> bool:
+        """True when resolved ``path`` equals ``root`` or lies below it."""
+        a, b = path.rstrip("/"), root.rstrip("/")
+        return a == b or a.startswith(b + "/")
+
+    # --- queries ----------------------------------------------------------------------------------
 
     def exists(self, path: str) -> bool:
-        local = _local(path)
-        if local is not None:
-            return local.exists()
+        if self.local:
+            return Path(path).exists()
         fs, p = self._hadoop(path)
         return bool(fs.exists(p))
 
+    def is_dir(self, path: str) -> bool:
+        if self.local:
+            return Path(path).is_dir()
+        fs, p = self._hadoop(path)
+        return bool(fs.exists(p)) and bool(fs.getFileStatus(p).isDirectory())
+
+    def list(self, path: str) -> list[tuple[str, float]]:
+        """(name, modification time in seconds) of the children of a directory; [] if it is missing."""
+        if self.local:
+            d = Path(path)
+            return [(c.name, c.lstat().st_mtime) for c in d.iterdir()] if d.is_dir() else []
+        fs, p = self._hadoop(path)
+        if not fs.exists(p):
+            return []
+        return [(s.getPath().getName(), s.getModificationTime() / 1000.0) for s in fs.listStatus(p)]
+
+    def size(self, path: str) -> int:
+        """Total bytes under ``path``."""
+        if self.local:
+            p = Path(path)
+            return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        fs, p = self._hadoop(path)
+        return int(fs.getContentSummary(p).getLength())
+
+    # --- changes ----------------------------------------------------------------------------------
+
+    def mkdirs(self, path: str) -> None:
+        if self.local:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            return
+        fs, p = self._hadoop(path)
+        if not fs.mkdirs(p):
+            raise OSError(f"could not create directory {path}")
+
     def remove(self, path: str) -> None:
-        local = _local(path)
-        if local is not None:
-            if local.is_dir():
-                shutil.rmtree(local, ignore_errors=True)
-            elif local.exists():
-                local.unlink()
+        if self.local:
+            p = Path(path)
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
             return
         fs, p = self._hadoop(path)
         fs.delete(p, True)
 
     def rename(self, src: str, dst: str) -> None:
-        local = _local(src)
-        if local is not None:
-            local.rename(_local(dst))
+        if self.local:
+            Path(src).rename(dst)
             return
         fs, p = self._hadoop(src)
         if not fs.rename(p, self._hadoop(dst)[1]):
             raise OSError(f"could not rename {src} to {dst}")
 
-    def read_text(self, path: str) -> str:
-        local = _local(path)
-        if local is not None:
-            return local.read_text(encoding="utf-8")
+    def read_bytes(self, path: str) -> bytes:
+        if self.local:
+            return Path(path).read_bytes()
         fs, p = self._hadoop(path)
         stream = fs.open(p)
         try:
-            jvm = self.spark.sparkContext._jvm
-            return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
         finally:
             stream.close()
 
-    def write_text(self, path: str, text: str) -> None:
-        local = _local(path)
-        if local is not None:
-            # Write beside and rename: a reader never sees half a manifest.
-            part = local.with_name(f".{local.name}.tmp")
-            part.write_text(text, encoding="utf-8")
-            part.replace(local)
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8")
+
+    def write_bytes(self, path: str, data: bytes, overwrite: bool = True) -> None:
+        """Write beside and rename: a reader never sees half a file. With ``overwrite=False`` an
+        existing ``path`` is an error (FileExistsError), never replaced."""
+        directory, name = posixpath.split(path.rstrip("/"))
+        part = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        if self.local:
+            Path(part).write_bytes(data)
+            try:
+                if overwrite:
+                    os.replace(part, path)
+                else:
+                    os.link(part, path)  # atomic, and refuses an existing target
+            finally:
+                Path(part).unlink(missing_ok=True)
             return
-        fs, p = self._hadoop(path)
+        fs, p = self._hadoop(part)
         out = fs.create(p, True)
         try:
-            out.write(bytearray(text.encode("utf-8")))
+            out.write(bytearray(data))
         finally:
             out.close()
+        target = self._hadoop(path)[1]
+        if overwrite and fs.exists(target):
+            fs.delete(target, False)
+        if not fs.rename(p, target):  # Hadoop's rename refuses an existing target
+            fs.delete(p, False)
+            if fs.exists(target):
+                raise FileExistsError(path)
+            raise OSError(f"could not write {path}")
+
+    def write_text(self, path: str, text: str, overwrite: bool = True) -> None:
+        self.write_bytes(path, text.encode("utf-8"), overwrite)
+
+    def check_writable(self, path: str) -> None:
+        """Write and remove a probe file in ``path``'s nearest existing ancestor, creating nothing else.
+
+        Raises OSError (naming the location) when it cannot be written: checked before any work.
+        """
+        try:
+            if self.local:
+                ancestor = Path(path)
+                while not ancestor.exists() and ancestor.parent != ancestor:
+                    ancestor = ancestor.parent
+                probe = ancestor / f"_dpspark_probe_{socket.gethostname()}_{uuid.uuid4().hex}"
+                probe.write_bytes(b"")
+                probe.unlink()
+                return
+            fs, p = self._hadoop(path)
+            ancestor = fs.makeQualified(p)
+            while not fs.exists(ancestor) and ancestor.getParent() is not None:
+                ancestor = ancestor.getParent()
+            probe = self._jvm.org.apache.hadoop.fs.Path(ancestor, f"_dpspark_probe_{uuid.uuid4().hex}")
+            fs.create(probe, False).close()
+            fs.delete(probe, False)
+        except Exception as exc:  # PermissionError locally; py4j wraps the Java IOException
+            raise OSError(f"{path} cannot be written ({str(exc).splitlines()[0]})") from None

@@ -35,6 +35,9 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
         builder = builder.master(master or "local[*]")
     builder = builder.config("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
     builder = builder.config("spark.ui.showConsoleProgress", "false")
+    # Raw rows are never shuffled by dpspark, but anything Spark spills or shuffles to
+    # spark.local.dir (other work in the session, broadcast blocks) is encrypted on disk.
+    builder = builder.config("spark.io.encryption.enabled", "true")
     for k, v in _SINGLE_THREAD.items():
         builder = builder.config(f"spark.executorEnv.{k}", v)
     return builder.getOrCreate()
@@ -43,21 +46,3 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
 def is_connect(spark: SparkSession) -> bool:
     """True for a Spark Connect session (Databricks serverless): no SparkContext there."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def ship_directory(spark: SparkSession, directory: str | os.PathLike) -> str:
-    """Send a local directory to every executor; return the name ``SparkFiles.get`` knows it by.
-
-    The directory travels as a zip archive that Spark unpacks on each node:
-    ``SparkContext.addArchive`` on classic Spark (``addFile`` of a directory is refused
-    outside local mode), a session artifact on Spark Connect, which has no SparkContext.
-    """
-    import shutil
-
-    path = os.fspath(directory)
-    archive = shutil.make_archive(path, "zip", root_dir=path)
-    if is_connect(spark):
-        spark.addArtifacts(archive, archive=True)
-    else:
-        spark.sparkContext.addArchive(archive)
-    return os.path.basename(archive)

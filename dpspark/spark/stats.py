@@ -13,12 +13,9 @@ import json
 import logging
 import operator
 import shutil
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -27,66 +24,27 @@ from pyspark.sql import SparkSession
 
 import dpspark
 from dpspark import report
+from dpspark.bundle import save_bundle
 from dpspark.config import StatsConfig
 from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
-from dpspark.errors import ConfigError, OutputExistsError
+from dpspark.errors import ConfigError
 from dpspark.geometry import geometry
-from dpspark.neighbours import AnnoyIndex, ExactIndex, NeighbourIndex
+from dpspark.neighbours import AnnoyIndex
+from dpspark.outputs import to_json
 from dpspark.prepare import read_word_list
 from dpspark.rng import new_job_key
-from dpspark.spark.session import get_session, ship_directory
+from dpspark.spark import io, resources
+from dpspark.spark.fs import FileSystem
+from dpspark.spark.session import get_session
 from dpspark.stats import WorkItem, item_counts, plan, rows_of_words, sample_words
 
 log = logging.getLogger("dpspark")
-MANIFEST = "_dpspark_manifest.json"
-_RESOURCES: dict[str, tuple] = {}
-
-
-def _resources(bundle: str) -> tuple[np.ndarray, np.ndarray, dict[float, np.ndarray], NeighbourIndex]:
-    """Per-process cache of (vectors, vocabulary rows, A by λ, index) for a stats bundle."""
-    cached = _RESOURCES.get(bundle)
-    if cached is None:
-        from pyspark import SparkFiles
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(1)
-        d = Path(SparkFiles.get(bundle))
-        cached = _RESOURCES[bundle] = load_bundle(d)
-    return cached
-
-
-def save_bundle(d: Path, emb: Embeddings, vocab_rows: np.ndarray, a_by_lambda: dict, annoy: AnnoyIndex | None) -> None:
-    d.mkdir(parents=True, exist_ok=True)
-    np.save(d / "vectors.npy", emb.vectors)
-    np.save(d / "vocab_rows.npy", vocab_rows)
-    lams = sorted(a_by_lambda)
-    np.save(d / "a_stack.npy", np.stack([a_by_lambda[lam] for lam in lams]))
-    settings = {"lambdas": lams, "nn": "exact" if annoy is None else "annoy"}
-    if annoy is not None:
-        settings["nn_params"] = annoy.params()
-        if Path(annoy.path).resolve() != (d / "index.ann").resolve():
-            shutil.copy(annoy.path, d / "index.ann")
-    (d / "settings.json").write_text(json.dumps(settings))
-
-
-def load_bundle(d: Path) -> tuple[np.ndarray, np.ndarray, dict[float, np.ndarray], NeighbourIndex]:
-    settings = json.loads((d / "settings.json").read_text())
-    vectors = np.load(d / "vectors.npy", mmap_mode="r")
-    rows = np.load(d / "vocab_rows.npy")
-    a_stack = np.load(d / "a_stack.npy")
-    a_by = {float(lam): a_stack[i] for i, lam in enumerate(settings["lambdas"])}
-    if settings["nn"] == "annoy":
-        p = settings["nn_params"]
-        index: NeighbourIndex = AnnoyIndex(str(d / "index.ann"), vectors.shape[1], p["n_trees"], p["search_k"])
-    else:
-        index = ExactIndex(vectors[rows])
-    return vectors, rows, a_by, index
 
 
 def _run_items(items: Iterator[WorkItem], bundle: str, job_key: bytes) -> Iterator:
-    vectors, rows, a_by, index = _resources(bundle)
+    res = resources.resources(bundle)
     for it in items:
-        yield from item_counts(it, job_key, vectors, rows, a_by[it.lam], index)
+        yield from item_counts(it, job_key, res.vectors, res.vocab_rows, res.a_by_lambda[it.lam], res.index)
 
 
 def _nw_sw(kv: tuple) -> tuple:
@@ -116,10 +74,13 @@ def choose_words(config: StatsConfig, emb: Embeddings, vocab_rows: np.ndarray, s
         words = read_word_list(config.word_list)
         return rows_of_words(words, emb.word_index, vocab_rows), f"word list {config.word_list}"
     if config.corpus:
-        from dpspark.spark.perturb import _check_input, vocabulary_from_corpus
+        from dpspark.config import PerturbConfig
+        from dpspark.spark.fs import FileSystem
+        from dpspark.spark.io import read_input
+        from dpspark.spark.perturb import check_columns, vocabulary_from_corpus
 
-        df = spark.read.parquet(config.corpus)
-        _check_input(df, list(config.columns))
+        df = read_input(spark, FileSystem(spark), config.corpus, None)
+        check_columns(df, PerturbConfig(columns=config.columns, epsilon=1.0))
         in_vocab = {emb.words[r]: int(r) for r in vocab_rows}
         words = vocabulary_from_corpus(df, list(config.columns), config.words, in_vocab)
         return np.array(sorted(in_vocab[w] for w in words), np.int64), (
@@ -135,17 +96,22 @@ def choose_words(config: StatsConfig, emb: Embeddings, vocab_rows: np.ndarray, s
 def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) -> dict:
     """Compute Nw/Sw for every (ε, λ, word); write per_word.parquet, summaries, plots, manifest.
 
-    The output directory is local (the results are small and written by the driver).
+    The tables and plots are made on the driver in a scratch directory, then committed
+    through the session's file system like every release (hidden stage, manifest last).
     """
     started = time.time()
     if not config.output:
         raise ConfigError("output: give the directory for the statistics (--output DIR)")
-    out = Path(config.output)
-    if out.exists() and config.mode == "error":
-        raise OutputExistsError(f"output {out} already exists: choose a new path or pass --mode overwrite")
     spark = spark or get_session(config.master)
-    work = Path(tempfile.mkdtemp(prefix="dpspark-stats-"))
-    tmp = out.with_name(f"{out.name}._dpspark_tmp_{uuid.uuid4().hex}")
+    fs = FileSystem(spark)
+    paths = io.Paths(fs, config.corpus, config.output)
+    paths.check_overlap()
+    existed = paths.check_output(config.mode, partitioned=False)
+    run_id = io.new_run_id()
+    work = resources.scratch_dir() / f"stats-{run_id}"
+    work.mkdir()
+    stage = paths.stage_name(run_id)
+    shipment = None
     try:
         t0 = time.perf_counter()
         emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
@@ -161,13 +127,14 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
         items = plan(
             config.epsilons, config.lambdas, word_rows, config.runs, config.words_per_task, config.runs_per_task
         )
-        bundle = f"dpspark-stats-{uuid.uuid4().hex}"
-        save_bundle(work / bundle, emb, vocab_rows, {lam: g.a for lam, g in geos.items()}, annoy)
-        bundle = ship_directory(spark, work / bundle)
+        settings = {"nn": config.nn, "nn_params": annoy.params() if annoy else {}}
+        a_by = {lam: g.a for lam, g in geos.items()}
+        annoy_path = annoy.path if annoy else None
+        shipment = resources.ship(spark, lambda d: save_bundle(d, emb, settings, vocab_rows, a_by, annoy_path))
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        result = spark_per_word(spark, items, new_job_key(config.seed), bundle)
+        result = spark_per_word(spark, items, new_job_key(config.seed), shipment.name)
         draws = len(config.epsilons) * len(config.lambdas) * len(word_rows) * config.runs
         compute_s = time.perf_counter() - t0
 
@@ -183,13 +150,15 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
                 "runs": pa.array([result[k][2] for k in keys], pa.int64()),
             }
         )
-        tmp.mkdir(parents=True)
-        pq.write_table(table, tmp / "per_word.parquet")
-        summary = report.write_summary(table, tmp)
-        plots = report.write_plots(table, tmp)
+        local = work / "report"
+        local.mkdir()
+        pq.write_table(table, local / "per_word.parquet")
+        summary = report.write_summary(table, local)
+        plots = report.write_plots(table, local)
         manifest = {
             "dpspark_version": dpspark.__version__,
-            "status": "succeeded",
+            "command": "privacy-stats",
+            "run_id": run_id,
             "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
             "epsilons": config.epsilons,
             "lambdas": config.lambdas,
@@ -214,14 +183,17 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
             "summary": summary,
             "duration_s": round(time.time() - started, 3),
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        manifest["status"] = "succeeded"
+        for f in sorted(local.iterdir()):
+            fs.write_bytes(f"{stage}/{f.name}", f.read_bytes())
+        fs.write_text(f"{stage}/{io.MANIFEST}", to_json(manifest))
+        io.commit_stage(fs, paths, stage, existed, run_id)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        fs.remove(stage)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if shipment is not None:
+            shipment.close()
     log.info(json.dumps({"event": "privacy_stats_finished", "draws": draws, "duration_s": manifest["duration_s"]}))
     return manifest

@@ -46,6 +46,11 @@ def run(src, out, day, *extra):
     )
 
 
+def ledger_entries(out):
+    """The ledger's entries, oldest first (file names start with the finishing time)."""
+    return [json.loads(p.read_text()) for p in sorted((out / "_dpspark_ledger").glob("*.json"))]
+
+
 def snapshot(path):
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
@@ -66,13 +71,16 @@ def test_two_partitions_then_refused_rerelease_then_allowed(spark, partitioned, 
     # A re-run of the second partition is refused with exit 7 and changes nothing.
     assert run(partitioned, out, "2026-11-21") == 7
     err = capsys.readouterr().err
-    assert "already released" in err and "--allow-rerelease" in err
+    assert "overlaps 1 earlier release" in err and "--allow-rerelease" in err
     assert snapshot(out) == after_second
 
     assert run(partitioned, out, "2026-11-21", "--allow-rerelease") == 0
     m = json.loads((out / "_dpspark_manifest.json").read_text())
-    second = [r for r in m["releases"] if r["partition"] == "date=2026-11-21"]
-    assert len(second) == 2 and second[1]["rerelease"] is True and len(m["releases"]) == 3
+    releases = ledger_entries(out)
+    second = [r for r in releases if r["partition"] == {"date": "2026-11-21"}]
+    assert len(second) == 2 and [r["rerelease"] for r in second] == [False, True] and len(releases) == 3
+    spent = {s["partition"]: s["epsilon_at_most"] for s in m["ledger"]["epsilon_spent"]}
+    assert spent == {"date=2026-11-20": 10.0, "date=2026-11-21": 20.0}
     assert list(m)[-1] == "status" and m["status"] == "succeeded"
     assert {k: v for k, v in snapshot(out).items() if k.startswith("date=2026-11-20/")} == first
 
@@ -89,11 +97,11 @@ def test_failed_run_marks_nothing_and_can_be_rerun(spark, partitioned, tmp_path,
     with pytest.raises(OSError):
         run(partitioned, out, "2026-11-21")
     monkeypatch.setattr(fs_module.FileSystem, "write_text", real)
-    m = json.loads((out / "_dpspark_manifest.json").read_text())
-    assert [r["partition"] for r in m["releases"]] == ["date=2026-11-20"]
+    assert [r["partition"] for r in ledger_entries(out)] == [{"date": "2026-11-20"}]
+    assert not (out / "date=2026-11-21").exists()
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith("_dpspark")] == []
     assert run(partitioned, out, "2026-11-21") == 0
-    m = json.loads((out / "_dpspark_manifest.json").read_text())
-    assert [r["partition"] for r in m["releases"]] == ["date=2026-11-20", "date=2026-11-21"]
+    assert [r["partition"] for r in ledger_entries(out)] == [{"date": "2026-11-20"}, {"date": "2026-11-21"}]
 
 
 def test_missing_partition(spark, partitioned, tmp_path, capsys):

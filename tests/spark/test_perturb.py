@@ -21,9 +21,10 @@ SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
 FAST = ["--vocab-size", "5000", "--quiet"]
 
 
-def run_cli(tmp_path, name, *extra):
+def run_cli(tmp_path, name, *extra, quiet=True):
     out = tmp_path / name
-    code = main(["perturb", "--input", str(SAMPLE), "--output", str(out), "--columns", "text,title", *FAST, *extra])
+    flags = FAST if quiet else FAST[:-1]
+    code = main(["perturb", "--input", str(SAMPLE), "--output", str(out), "--columns", "text,title", *flags, *extra])
     assert code == 0
     return out
 
@@ -40,7 +41,7 @@ def test_output_is_faithful(spark, tmp_path, check_faithful):
 
 def test_manifest(spark, tmp_path):
     with pytest.warns(SeededRunWarning):
-        out = run_cli(tmp_path, "m", "--epsilon", "10", "--seed", "987654321")
+        out = run_cli(tmp_path, "m", "--epsilon", "10", "--seed", "987654321", quiet=False)
     text = (out / "_dpspark_manifest.json").read_text()
     m = json.loads(text)
     for key in (
@@ -64,7 +65,10 @@ def test_manifest(spark, tmp_path):
     assert len(m["embeddings"]["sha256"]) == 64 and m["dimension"] == 50 and m["vocabulary"]["size"] == 5000
     assert m["nearest_neighbour"]["method"] == "exact" and m["nearest_neighbour"]["recall_at_1"] == 1.0
     c = m["counts"]
-    assert c["rows"] == 500 and c["tokens"] == c["in_vocabulary"] + c["oov"] > 0 and 0 < c["replaced"] <= c["tokens"]
+    # Only what the published output shows: its rows, its tokens, its [UNK] placeholders.
+    assert set(c) == {"rows", "tokens", "placeholders"}
+    published = [t for r in pq.read_table(out).to_pylist() for col in ("text", "title") for t in (r[col] or "").split()]
+    assert c["rows"] == 500 and c["tokens"] == len(published) and c["placeholders"] == published.count("[UNK]")
     # No seed, no key, no text in the manifest.
     assert "987654321" not in text and "seed" not in {k.lower() for k in m}
     assert "customer service" not in text and "Springfield" not in text
@@ -72,9 +76,9 @@ def test_manifest(spark, tmp_path):
 
 def test_seed_reproduces_and_warns_and_unseeded_runs_differ(spark, tmp_path):
     with pytest.warns(SeededRunWarning):
-        a = run_cli(tmp_path, "a", "--epsilon", "10", "--seed", "7")
+        a = run_cli(tmp_path, "a", "--epsilon", "10", "--seed", "7", quiet=False)
     with pytest.warns(SeededRunWarning):
-        b = run_cli(tmp_path, "b", "--epsilon", "10", "--seed", "7")
+        b = run_cli(tmp_path, "b", "--epsilon", "10", "--seed", "7", quiet=False)
     c = run_cli(tmp_path, "c", "--epsilon", "10")
     d = run_cli(tmp_path, "d", "--epsilon", "10")
     assert by_id(a) == by_id(b)
@@ -112,9 +116,13 @@ def test_oov_never_verbatim_and_key_never_logged(spark, tmp_path, caplog, monkey
 
 
 def test_keep_original_is_opt_in(spark, tmp_path):
-    out = run_cli(tmp_path, "k", "--epsilon", "10", "--keep-original")
+    with pytest.warns(dpspark.PrivacyWarning, match="NOT PRIVATE"):
+        out = run_cli(tmp_path, "k", "--epsilon", "10", "--keep-original", quiet=False)
     row = next(r for r in pq.read_table(out).to_pylist() if r["text"])
     assert "text_original" in row and row["text_original"] == by_id(SAMPLE)[row["id"]]["text"]
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["keep_original"] is True and m["guarantee"].startswith("NONE: THIS OUTPUT IS NOT PRIVATE")
+    assert any("keep_original" in note for note in m["outside_guarantee"])
     assert "text_original" not in pq.read_table(run_cli(tmp_path, "nk", "--epsilon", "10")).column_names
 
 
@@ -162,9 +170,8 @@ def test_vocabulary_from_corpus_is_explicit_and_warned(spark, tmp_path, caplog, 
     pq.write_table(pa.table({"id": list(range(len(corpus))), "text": corpus}), src)
     out = tmp_path / "o"
     args = ["perturb", "--input", str(src), "--output", str(out), "--columns", "text", "--epsilon", "5"]
-    with caplog.at_level(logging.WARNING, logger="dpspark"):
-        assert main([*args, "--vocab-from-corpus", "--vocab-size", "80", "--quiet"]) == 0
-    assert "derived from the private corpus" in caplog.text
+    with pytest.warns(dpspark.PrivacyWarning, match="derived from the private corpus"):
+        assert main([*args, "--vocab-from-corpus", "--vocab-size", "80"]) == 0
     words = {w for r in pq.read_table(out).to_pylist() for w in r["text"].split()}
     assert words <= set(" ".join(corpus).split())
     m = json.loads((out / "_dpspark_manifest.json").read_text())

@@ -8,13 +8,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from dpspark.bundle import save_bundle
 from dpspark.cli import main
 from dpspark.embeddings import select_vocabulary
 from dpspark.geometry import geometry
 from dpspark.neighbours import ExactIndex
 from dpspark.rng import SeededRunWarning, new_job_key
-from dpspark.spark.session import ship_directory
-from dpspark.spark.stats import save_bundle, spark_per_word
+from dpspark.spark import resources
+from dpspark.spark.stats import spark_per_word
 from dpspark.stats import compute_counts, per_word, plan, sample_words
 
 pytestmark = pytest.mark.spark
@@ -34,8 +35,9 @@ def test_spark_equals_plain_numpy(spark, glove, tmp_path):
     with pytest.warns(SeededRunWarning):
         key = new_job_key(5)
     expected = per_word(compute_counts(items, key, glove.vectors, vocab, a_by, ExactIndex(glove.vectors[vocab])))
-    save_bundle(tmp_path / "b", glove, vocab, a_by, None)
-    got = spark_per_word(spark, items, key, ship_directory(spark, tmp_path / "b"))
+    shipment = resources.ship(spark, lambda d: save_bundle(d, glove, {"nn": "exact"}, vocab, a_by))
+    got = spark_per_word(spark, items, key, shipment.name)
+    shipment.close()
     assert got == expected
     assert all(v[2] == 12 for v in got.values()) and len(got) == 2 * 2 * 25
 

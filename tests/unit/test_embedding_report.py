@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 import pytest
 
-from dpspark import embedding_report as er
+from dpspark.config import EmbeddingReportConfig
 from dpspark.embeddings import Embeddings
 from dpspark.errors import ConfigError, OutputExistsError
+from dpspark.evaluation import embedding_report as er
 
 
 def _brute_force(x: np.ndarray, ks, rows=None) -> np.ndarray:
@@ -129,34 +129,46 @@ def test_write_report_removes_what_it_created_on_failure(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()
 
 
-def _parse(argv):
-    parser = argparse.ArgumentParser(prog="dpspark")
-    sub = parser.add_subparsers(dest="command", required=True)
-    er.add_parser(sub)
-    args = vars(parser.parse_args(argv))
-    assert args.pop("command") == "embedding-report"
-    return args
-
-
 def test_run_on_default_embeddings(tmp_path, capsys):
     out = tmp_path / "report"
-    assert er.run(_parse(["embedding-report", "--output", str(out), "--vocab-size", "5000", "--sample", "500"])) == 0
+    config = EmbeddingReportConfig.parse({"output": str(out), "vocab-size": "5000", "sample": "500"})
+    assert er.run(config) == 0
     printed = capsys.readouterr().out
     assert "d_max/d_min" in printed and "xi_min" in printed and str(out) in printed
     report = json.loads((out / "embedding_report.json").read_text(encoding="utf-8"))
     assert report["vocabulary"]["size"] == 5000 and report["knn_percentiles"]["sample_size"] == 500
+    assert "default_rng(0)" in report["knn_percentiles"]["sample_rule"]  # seed 0 by default
     dist = np.asarray(report["knn_percentiles"]["distances"])  # rows k, columns percentiles
     assert dist.shape == (6, 5)
     assert (np.diff(dist, axis=0) > 0).all()  # each percentile grows with k
     assert (np.diff(dist, axis=1) > 0).all()  # and with the percentile
     assert report["density"]["d_max_over_d_min"] > 1
     with pytest.raises(OutputExistsError):
-        er.run(_parse(["embedding-report", "--output", str(out), "--vocab-size", "5000"]))
+        er.run(EmbeddingReportConfig.parse({"output": str(out), "vocab_size": 5000}))
 
 
-def test_run_rejects_bad_settings(tmp_path):
+def test_run_quiet_all_words_and_overwrite(tmp_path, capsys):
+    out = tmp_path / "report"
+    settings = {"output": str(out), "vocab_size": 300, "sample": 0, "lambda": 0.5, "quiet": True}
+    assert er.run(EmbeddingReportConfig.parse(settings)) == 0
+    assert capsys.readouterr().out == ""
+    report = json.loads((out / "embedding_report.json").read_text(encoding="utf-8"))
+    assert report["knn_percentiles"]["sample_size"] == 300  # sample 0 = every word
+    assert report["spectrum"]["lambda"] == 0.5
+    (out / "keep.txt").write_text("x")
+    with pytest.raises(OutputExistsError):
+        er.run(EmbeddingReportConfig.parse(settings))
+    assert er.run(EmbeddingReportConfig.parse({**settings, "mode": "overwrite"})) == 0
+    assert (out / "keep.txt").exists() and capsys.readouterr().out == ""
+
+
+def test_config_rejects_bad_settings(tmp_path):
     with pytest.raises(ConfigError, match="lambda"):
-        er.run(_parse(["embedding-report", "--output", str(tmp_path / "x"), "--lambda", "1.5"]))
+        EmbeddingReportConfig.parse({"output": str(tmp_path / "x"), "lambda": 1.5})
     with pytest.raises(ConfigError, match="sample"):
-        er.run(_parse(["embedding-report", "--output", str(tmp_path / "x"), "--sample", "-3"]))
+        EmbeddingReportConfig.parse({"output": str(tmp_path / "x"), "sample": -3})
+    with pytest.raises(ConfigError, match="mode"):
+        EmbeddingReportConfig.parse({"output": str(tmp_path / "x"), "mode": "append"})
+    with pytest.raises(ConfigError, match="--output"):
+        er.run(EmbeddingReportConfig.parse({}))
     assert not (tmp_path / "x").exists()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.geometry import check_lambda, geometry, scaled_covariance
+from dpspark.geometry import geometry, scaled_covariance
+from dpspark.params import check_lambda
 
 
 @pytest.fixture(scope="module")

@@ -1,29 +1,20 @@
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 
 import numpy as np
 import pytest
 
-from dpspark import privemb_eval as pe
+from dpspark.config import EvaluateVectorsConfig
 from dpspark.embeddings import load_default
-from dpspark.errors import OutputExistsError
+from dpspark.errors import ConfigError, OutputExistsError
+from dpspark.evaluation import privemb_eval as pe
 
 
 @pytest.fixture(scope="module")
 def glove():
     return load_default()
-
-
-def _parse(argv):
-    ap = argparse.ArgumentParser()
-    sub = ap.add_subparsers(dest="command")
-    pe.add_parser(sub)
-    args = vars(ap.parse_args(["evaluate-vectors", *argv]))
-    args.pop("command")
-    return args
 
 
 def test_lift_keeps_distances_and_inner_products():
@@ -70,11 +61,10 @@ def test_m2_beats_m1_at_d300_beta_09_and_projection_floor_at_large_epsilon(glove
 
 def test_tiny_run_writes_every_file(tmp_path):
     out = tmp_path / "eval"
-    args = _parse(
-        ["--output", str(out), "--epsilons", "5", "--betas", "0.6,0.9", "--class-epsilons", "10", "--runs", "2"]
+    config = EvaluateVectorsConfig.parse(
+        {"output": str(out), "epsilons": "5", "betas": "0.9,0.6", "class-epsilons": "10", "runs": 2, "pairs": 10}
     )
-    args["pairs"] = 10
-    assert pe.run(args) == 0
+    assert pe.run(config) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(pe.FILES)
     rep = json.loads((out / "evaluation.json").read_text())
     assert rep["settings"]["betas"] == [0.6, 0.9]
@@ -88,7 +78,26 @@ def test_tiny_run_writes_every_file(tmp_path):
     md = (out / "evaluation.md").read_text()
     assert "## Findings" in md and "| M2 (β=0.8, m=59) | 10 |" in md
     with pytest.raises(OutputExistsError):
-        pe.run(args)
+        pe.run(config)
+
+
+def test_config_validates_the_grids():
+    c = EvaluateVectorsConfig.parse({"output": "x"})
+    assert (c.epsilons, c.betas, c.class_epsilons, c.seed, c.pairs) == (
+        [1.0, 2.0, 5.0],
+        list(pe.BETAS),
+        [5.0, 10.0, 20.0],
+        0,
+        100,
+    )
+    with pytest.raises(ConfigError, match="beta"):
+        EvaluateVectorsConfig.parse({"output": "x", "betas": "0.5,1.2"})
+    with pytest.raises(ConfigError, match="epsilon"):
+        EvaluateVectorsConfig.parse({"output": "x", "class_epsilons": "5,-1"})
+    with pytest.raises(ConfigError, match="delta"):
+        EvaluateVectorsConfig.parse({"output": "x", "delta": 0})
+    with pytest.raises(ConfigError, match="--output"):
+        pe.run(EvaluateVectorsConfig.parse({}))
 
 
 def test_failed_write_leaves_nothing(tmp_path, monkeypatch, glove):

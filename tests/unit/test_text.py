@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from dpspark.config import PerturbConfig
 from dpspark.prepare import prepare
-from dpspark.text import detokenize, tokenize
+from dpspark.text import COUNT_NAMES, TextPerturber, detokenize, tokenize
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,11 @@ def test_detokenize_keeps_whitespace_and_separates_adjacent_tokens():
     assert detokenize(*tokenize("  Two\n lines  here ")) == "  two\n lines  here "
     assert detokenize(*tokenize("dog!")) == "dog !"
     assert detokenize(*tokenize("")) == ""
+
+
+@pytest.mark.parametrize("text", ["  ", " \t\r\n ", "\u2003"])
+def test_detokenize_returns_whitespace_only_text_once(text):
+    assert detokenize(*tokenize(text)) == text
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +55,15 @@ def test_output_is_faithful(prepared):
         if before:
             assert len(after.split()) == len(before.split())
             assert all(t in vocab or t == "[UNK]" for t in after.split())
-    assert out[4].startswith("  ") and "   " in out[4]
+            assert after == " ".join(after.split())  # default layout: single spaces only
+
+
+def test_keep_layout_copies_whitespace(prepared):
+    p = prepared[10.0]
+    perturber = TextPerturber(p.mechanism, p.embeddings.words, p.embeddings.word_index, layout="keep")
+    out = perturber.perturb_texts(TEXTS, np.random.default_rng(0))
+    assert out[4].startswith("  ") and out[4].endswith("  ") and "   " in out[4]
+    assert len(out[4].split()) == 2
 
 
 def test_oov_tokens_never_appear_verbatim_by_default(prepared):
@@ -85,12 +99,11 @@ def test_share_of_unchanged_tokens_rises_to_one_with_epsilon(prepared, glove):
 
 
 def test_counts_per_row(prepared):
-    import pyarrow as pa
-
-    arr = pa.array(["the cat zqxwvkj", None, ""], pa.string())
+    arr = pa.array(["the cat zqxwvkj", None, "", "  \n"], pa.string())
     out, per_row = prepared[1000.0].perturber().perturb_array(arr, np.random.default_rng(4))
     assert out.type == pa.string()
-    assert per_row[:, 0].tolist() == [3, 0, 0]  # tokens
-    assert per_row[:, 1].tolist() == [2, 0, 0]  # in vocabulary
-    assert per_row[:, 2].tolist() == [1, 0, 0]  # oov
-    assert per_row[0, 3] >= 1  # the OOV token at least was replaced
+    assert COUNT_NAMES == ("tokens", "placeholders")
+    assert per_row.shape == (4, 2) and per_row.dtype == np.int64
+    assert per_row[:, 0].tolist() == [3, 0, 0, 0]  # tokens of the output
+    assert per_row[:, 1].tolist() == [1, 0, 0, 0]  # "[UNK]" placeholders
+    assert out.to_pylist()[0].split()[2] == "[UNK]"

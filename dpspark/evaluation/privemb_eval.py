@@ -29,7 +29,6 @@ Pure numpy + matplotlib (Agg, through ``matplotlib.figure.Figure``) + scikit-lea
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import math
@@ -38,15 +37,18 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpspark.embeddings import Embeddings, load_default
 from dpspark.errors import ConfigError
-from dpspark.mechanisms import check_epsilon
 from dpspark.outputs import check_output_dir, to_json, writing_into
-from dpspark.privemb import M_FORMULA, check_beta, check_delta, draw_projection, m1, privemb, projection_dim
+from dpspark.params import check_beta, check_delta, check_epsilon
+from dpspark.privemb import M_FORMULA, draw_projection, m1, privemb, projection_dim
+
+if TYPE_CHECKING:
+    from dpspark.config import EvaluateVectorsConfig
 
 FILES = (
     "distance.png",
@@ -676,70 +678,32 @@ def write_outputs(ev: Evaluation, out_dir: str | Path, overwrite: bool = False) 
     return [out_dir / f for f in FILES]
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- command
 
 
-def _floats(value: Any, name: str) -> list[float]:
-    if value is None:
-        raise ConfigError(f"--{name} needs a comma-separated list of numbers")
-    items = value.split(",") if isinstance(value, str) else list(value)
-    try:
-        out = [float(v) for v in items if str(v).strip() != ""]
-    except ValueError:
-        raise ConfigError(f"--{name}: expected comma-separated numbers, got {value!r}") from None
-    if not out:
-        raise ConfigError(f"--{name}: no values given")
-    return out
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``evaluate-vectors`` subcommand to the ``dpspark`` parser."""
-    p = subparsers.add_parser(
-        "evaluate-vectors",
-        help="PrivEmb (M2) against M1: distance, inner-product and linear-classifier utility (paper §5)",
-        description="Reproduce the experiments of Feyisetan & Kasiviswanathan (2021), §5, on GloVe 6B 50-d "
-        "(and the same vectors lifted isometrically into 300 dimensions): distance and inner-product errors "
-        "on 100 × 100 fixed word pairs, and logistic regression on private word vectors labelled by the VADER "
-        "sentiment lexicon. Noise is seeded (an experiment). Writes " + ", ".join(FILES) + ".",
-    )
-    p.add_argument("--output", required=True, help="output directory (must not exist unless --mode overwrite)")
-    p.add_argument("--epsilons", default="1,2,5", help="ε values of the approximation experiments (1,2,5)")
-    p.add_argument("--betas", default="0.5,0.6,0.7,0.8,0.9", help="β values for M2 (0.5,0.6,0.7,0.8,0.9)")
-    p.add_argument("--class-epsilons", dest="class_epsilons", default="5,10,20", help="ε values of the classifier")
-    p.add_argument("--class-beta", dest="class_beta", type=float, default=CLASS_BETA, help="β of M2 in the classifier")
-    p.add_argument("--runs", type=int, default=RUNS, help="classifier runs (new split and noise each; 10)")
-    p.add_argument("--delta", type=float, default=DELTA, help="δ of PrivEmb (1e-6)")
-    p.add_argument("--seed", type=int, default=0, help="seed of every generator of the experiment (0)")
-    p.add_argument("--pairs", type=int, default=N_PAIRS, help="n of the n × n word pairs (100)")
-    p.add_argument("--mode", choices=("error", "overwrite"), default="error", help="when the output exists (error)")
-    p.add_argument("--skip-classifier", dest="skip_classifier", action="store_true", help="skip experiment 3")
-    return p
-
-
-def run(args: dict[str, Any]) -> int:
-    """Execute ``dpspark evaluate-vectors`` from ``vars(parser.parse_args())`` minus "command"."""
-    output = args.get("output")
-    if not output:
+def run(config: EvaluateVectorsConfig) -> int:
+    """Execute ``dpspark evaluate-vectors`` with its validated settings (``config.quiet``: print nothing)."""
+    if not config.output:
         raise ConfigError("evaluate-vectors needs --output DIR")
-    mode = args.get("mode") or "error"
-    if mode not in ("error", "overwrite"):
-        raise ConfigError(f"mode must be 'error' or 'overwrite', got {mode!r}")
-    out_dir = Path(output)
-    check_output_dir(out_dir, mode == "overwrite", "evaluation")  # fail before the work, not after
-    kwargs = {
-        "epsilons": _floats(args.get("epsilons", "1,2,5"), "epsilons"),
-        "betas": _floats(args.get("betas", "0.5,0.6,0.7,0.8,0.9"), "betas"),
-        "class_epsilons": _floats(args.get("class_epsilons", "5,10,20"), "class-epsilons"),
-        "class_beta": float(args.get("class_beta", CLASS_BETA)),
-        "runs": int(args.get("runs", RUNS)),
-        "delta": float(args.get("delta", DELTA)),
-        "seed": int(args.get("seed") or 0),
-        "n_pairs": int(args.get("pairs") or N_PAIRS),
-        "skip_classifier": bool(args.get("skip_classifier", False)),
-    }
+    overwrite = config.mode == "overwrite"
+    out_dir = Path(config.output)
+    check_output_dir(out_dir, overwrite, "evaluation")  # fail before the work, not after
     t0 = time.perf_counter()
-    ev = evaluate(load_default(), **kwargs)
-    write_outputs(ev, out_dir, overwrite=mode == "overwrite")
+    ev = evaluate(
+        load_default(),
+        epsilons=config.epsilons,
+        betas=config.betas,
+        class_epsilons=config.class_epsilons,
+        class_beta=config.class_beta,
+        runs=config.runs,
+        delta=config.delta,
+        seed=0 if config.seed is None else config.seed,  # an experiment: always reproducible
+        n_pairs=config.pairs,
+        skip_classifier=config.skip_classifier,
+    )
+    write_outputs(ev, out_dir, overwrite=overwrite)
+    if config.quiet:
+        return 0
     r = ev.report
     print(f"evaluate-vectors: {r['embeddings']['name']}, d = {' and '.join(str(d) for d in ev.approx.m)}")
     for f in r["findings"]:

@@ -24,19 +24,22 @@ no pyspark.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS, Embeddings, load_embeddings, select_vocabulary
+from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.geometry import check_lambda, geometry
+from dpspark.geometry import geometry
 from dpspark.outputs import check_output_dir, to_json, writing_into
+from dpspark.params import check_lambda
+
+if TYPE_CHECKING:
+    from dpspark.config import EmbeddingReportConfig
 
 KS = (1, 5, 10, 20, 50, 100)
 PERCENTILES = (5, 20, 50, 80, 95)
@@ -457,76 +460,33 @@ def write_report(report: dict[str, Any], out_dir: str | Path, overwrite: bool = 
     return paths
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``embedding-report`` subcommand to the ``dpspark`` parser."""
-    p = subparsers.add_parser(
-        "embedding-report",
-        help="geometry of the embedding: k-NN distance percentiles, density (Xu Table 5), spectrum of Σ",
-        description="Report the geometry that makes ε mean what it means: percentiles of the distance to the "
-        "k-th nearest neighbour (Feyisetan et al. 2020, Fig. 1), the density heterogeneity statistics of "
-        "Xu et al. 2020 (Table 5), and the spectrum of the scaled covariance Σ with the Euclidean-equivalent "
-        "ε factor. Uses only the public embedding and vocabulary. Writes embedding_report.json, .md and .png.",
-    )
-    p.add_argument("--output", required=True, help="output directory (must not exist unless --mode overwrite)")
-    p.add_argument("--embeddings", default=DEFAULT_EMBEDDINGS, help=f"{DEFAULT_EMBEDDINGS} (default) or a path")
-    p.add_argument(
-        "--embeddings-format", dest="embeddings_format", default="auto", choices=FORMATS, help="default: auto"
-    )
-    p.add_argument("--embeddings-words", dest="embeddings_words", help="word list for .npy embeddings")
-    p.add_argument("--vocab-size", dest="vocab_size", type=int, default=50000, help="vocabulary: first N words (50000)")
-    p.add_argument("--vocab-file", dest="vocab_file", help="vocabulary: a public word list, one word per line")
-    p.add_argument("--lambda", dest="lambda", type=float, default=1.0, help="λ in [0, 1] for the ε factor (1)")
-    p.add_argument(
-        "--sample", type=int, default=5000, help="words whose k-NN percentiles are computed (5000; 0 = all words)"
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the word sample (0). This is a statistic of public data with no privacy noise, "
-        "so a fixed default seed is fine and makes the report reproducible",
-    )
-    p.add_argument("--mode", choices=("error", "overwrite"), default="error", help="when the output exists (error)")
-    return p
+def run(config: EmbeddingReportConfig) -> int:
+    """Execute ``dpspark embedding-report`` with its validated settings.
 
-
-def run(args: dict[str, Any]) -> int:
-    """Execute ``dpspark embedding-report`` from ``vars(parser.parse_args())`` minus "command".
-
+    ``config.sample`` 0 means every vocabulary word; ``config.quiet`` prints nothing.
     Returns 0; errors are dpspark.errors exceptions carrying their exit codes.
     """
-    output = args.get("output")
-    if not output:
+    if not config.output:
         raise ConfigError("embedding-report needs --output DIR")
-    mode = args.get("mode") or "error"
-    if mode not in ("error", "overwrite"):
-        raise ConfigError(f"mode must be 'error' or 'overwrite', got {mode!r}")
-    lam = check_lambda(float(args.get("lambda", 1.0)))
-    sample = args.get("sample", 5000)
-    if sample is None or int(sample) == 0:
-        sample = None
-    elif int(sample) < 0:
-        raise ConfigError(f"--sample must be a positive number of words or 0 (all), got {sample}")
-    seed = int(args.get("seed") or 0)
-    vocab_size = args.get("vocab_size", 50000)
-    out_dir = Path(output)
-    check_output_dir(out_dir, mode == "overwrite", "report")  # fail before the work, not after
+    overwrite = config.mode == "overwrite"
+    sample = config.sample or None  # 0 = all words
+    seed = 0 if config.seed is None else config.seed  # a statistic of public data: always reproducible
+    out_dir = Path(config.output)
+    check_output_dir(out_dir, overwrite, "report")  # fail before the work, not after
 
-    emb = load_embeddings(
-        args.get("embeddings") or DEFAULT_EMBEDDINGS,
-        args.get("embeddings_format") or "auto",
-        args.get("embeddings_words"),
-    )
-    if args.get("vocab_file"):
+    emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
+    if config.vocab_file:
         from dpspark.prepare import read_word_list
 
-        rows = select_vocabulary(emb, None, read_word_list(args["vocab_file"]))
-        source = f"word list {args['vocab_file']}"
+        rows = select_vocabulary(emb, None, read_word_list(config.vocab_file))
+        source = f"word list {config.vocab_file}"
     else:
-        rows = select_vocabulary(emb, vocab_size)
+        rows = select_vocabulary(emb, config.vocab_size)
         source = f"first {len(rows)} words of the embedding's own (frequency-ordered) vocabulary"
-    report = embedding_report(emb, rows, lam, sample, seed, vocab_source=source)
-    write_report(report, out_dir, overwrite=mode == "overwrite")
+    report = embedding_report(emb, rows, config.lam, sample, seed, vocab_source=source)
+    write_report(report, out_dir, overwrite=overwrite)
+    if config.quiet:
+        return 0
 
     den, sp = report["density"], report["spectrum"]
     print(f"embedding report: {emb.name}, {den['words']} words, d = {emb.dim}")
@@ -535,7 +495,7 @@ def run(args: dict[str, Any]) -> int:
         f"sparsest/densest {den['top_n']} = {_g(den['sparse_over_dense'])} (Xu et al. Table 5)"
     )
     print(
-        f"  xi_min = {sp['xi_min']:.4g}, xi_max = {sp['xi_max']:.4g}; Euclidean ε factor at λ = {lam:g}: "
+        f"  xi_min = {sp['xi_min']:.4g}, xi_max = {sp['xi_max']:.4g}; Euclidean ε factor at λ = {config.lam:g}: "
         f"{sp['euclidean_epsilon_factor_at_lambda']:.4g}"
     )
     print(f"  written to {out_dir}/ ({', '.join(FILES)})")

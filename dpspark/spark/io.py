@@ -1,0 +1,320 @@
+"""Reading the input and committing a release: the only code that touches user paths.
+
+- ``Paths.check`` resolves input and output as Spark does (``dpspark.spark.fs``) and
+  refuses an output that equals, contains or lies inside the input, in every mode, and
+  an output that cannot be written, before any work starts.
+- ``read_input`` reads Parquet with partition values kept as strings (``hour=01``
+  stays ``"01"``) and read splits sized to give every core work, so that raw rows
+  are never shuffled to local disk before they are perturbed.
+- ``Stage`` is the one commit helper: the release is written into a hidden sibling
+  (``_dpspark_tmp_…``, ignored by Spark, Hive and pyarrow readers) and moved into place
+  only when it is complete; on any failure the sibling is removed. Temporaries that a
+  killed run left behind are removed by the next run.
+- The ledger (``dpspark.ledger``) is read and written here, one file per release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import socket
+import time
+import uuid
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from dpspark import ledger
+from dpspark.errors import ConfigError, InputDataError, LedgerError, OutputError, OutputExistsError
+from dpspark.outputs import to_json
+from dpspark.spark.fs import FileSystem
+from dpspark.spark.session import is_connect
+
+MANIFEST = "_dpspark_manifest.json"
+TMP_PREFIX = "_dpspark_tmp_"
+OLD_PREFIX = "_dpspark_old_"
+STALE_AFTER_S = 24 * 3600  # a temporary of another host (or an unknown owner) older than this is stale
+
+
+def describe_spark_error(exc: BaseException, path: str) -> InputDataError | None:
+    """An InputDataError for the Spark failures that bad input data cause, else None."""
+    msg = str(exc)
+    first = next((line for line in msg.splitlines() if line.strip()), msg)[:500]
+    if "cannot be converted" in msg or "DATA_TYPE_MISMATCH" in msg or "SchemaColumnConvertNotSupported" in msg:
+        return InputDataError(
+            f"input {path}: the files do not agree on a column's type ({first}); rewrite the odd file(s) so that "
+            "every file gives the column one type, or release the files separately"
+        )
+    if "FAILED_READ_FILE" in msg or "is not a Parquet file" in msg or "CORRUPT" in msg.upper():
+        return InputDataError(f"input {path}: a file cannot be read as Parquet ({first}); remove or repair it")
+    return None
+
+
+class Paths:
+    """The resolved input and output of a release, checked before any work."""
+
+    def __init__(self, fs: FileSystem, input: str | None, output: str, input_files: list[str] | None = None) -> None:  # noqa: A002
+        self.fs = fs
+        self.output_given = output
+        self.output = fs.resolve(output)
+        self.input_given = input
+        if input is not None:
+            self.input = fs.resolve(input)
+        elif input_files:
+            self.input = dataset_root([fs.resolve(f) for f in input_files])
+        else:
+            self.input = None
+        self.parent, self.name = posixpath.split(self.output.rstrip("/"))
+
+    def check_overlap(self) -> None:
+        """Refuse an output that equals, contains or lies inside the input (after resolution)."""
+        if self.input is None:
+            return
+        i, o = self.input, self.output
+        if FileSystem.inside(o, i) or FileSystem.inside(i, o):
+            what = (
+                "is" if o.rstrip("/") == i.rstrip("/") else ("lies inside" if FileSystem.inside(o, i) else "contains")
+            )
+            raise ConfigError(
+                f"output {self.output_given} {what} the input {self.input_given or i} (resolved: output {o}, input "
+                f"{i}): a release must never write over, into or around its raw input; choose an output outside it"
+            )
+
+    def is_release(self, path: str | None = None) -> bool:
+        """True when ``path`` (default: the output) is an earlier dpspark output (manifest or ledger)."""
+        root = path or self.output
+        return self.fs.exists(f"{root}/{MANIFEST}") or self.fs.exists(f"{root}/{ledger.LEDGER_DIR}")
+
+    def check_output(self, mode: str, partitioned: bool) -> bool:
+        """Check the output may be written; return True when it exists (an earlier release)."""
+        fs, out = self.fs, self.output
+        exists = fs.exists(out)
+        if exists and not fs.is_dir(out):
+            raise OutputError(f"output {self.output_given} exists and is not a directory; choose another --output")
+        if exists and mode == "error" and not partitioned:
+            raise OutputExistsError(
+                f"output {self.output_given} already exists: choose a new path or pass --mode overwrite "
+                "(which replaces an earlier dpspark release, never other data)"
+            )
+        if exists and not (partitioned and not fs.list(out)):
+            if not self.is_release():
+                raise OutputError(
+                    f"output {self.output_given} exists and is not a dpspark release (no {MANIFEST}): dpspark "
+                    "replaces only its own earlier outputs; choose a new --output"
+                )
+        try:
+            fs.check_writable(out)
+        except OSError as exc:
+            raise OutputError(
+                f"output {self.output_given} cannot be written: {exc}; choose a writable --output"
+            ) from None
+        return exists
+
+    # --- temporaries ------------------------------------------------------------------------------
+
+    def stage_name(self, run_id: str) -> str:
+        return posixpath.join(self.parent, f"{TMP_PREFIX}{self.name}_{socket.gethostname()}_{os.getpid()}_{run_id}")
+
+    def remove_stale(self) -> list[str]:
+        """Remove temporaries of this output left by runs that no longer run; return their names."""
+        removed = []
+        host, now = socket.gethostname(), time.time()
+        for name, mtime in self.fs.list(self.parent):
+            for prefix in (TMP_PREFIX, OLD_PREFIX):
+                if not name.startswith(f"{prefix}{self.name}_"):
+                    continue
+                owner = name[len(prefix) + len(self.name) + 1 :].split("_")
+                dead = False
+                if len(owner) >= 3 and owner[-3] == host and owner[-2].isdigit():
+                    try:
+                        os.kill(int(owner[-2]), 0)
+                    except ProcessLookupError:
+                        dead = True
+                    except OSError:
+                        pass
+                if dead or now - mtime > STALE_AFTER_S:
+                    self.fs.remove(posixpath.join(self.parent, name))
+                    removed.append(name)
+        return removed
+
+
+def dataset_root(files: list[str]) -> str:
+    """The dataset directory of a DataFrame's files: their common directory, partition levels removed."""
+    dirs = [posixpath.dirname(f) for f in files]
+    root = posixpath.commonpath([d.split(":", 1)[-1] for d in dirs]) if dirs else "/"
+    scheme = dirs[0].split(":", 1)[0] + ":" if dirs and ":" in dirs[0] else ""
+    while "=" in posixpath.basename(root):
+        root = posixpath.dirname(root)
+    if scheme and dirs[0].startswith(scheme + "//"):
+        authority = dirs[0][len(scheme) + 2 :].split("/", 1)[0]
+        return f"{scheme}//{authority}{root}" if not root.startswith("//") else f"{scheme}{root}"
+    return f"{scheme}{root}"
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def read_splits(spark: SparkSession, size: int, partitions: int | None) -> dict[str, str]:
+    """SQL settings that split the input into enough read tasks (no shuffle of raw rows).
+
+    ``partitions`` asks for that many splits; by default small inputs get about four per
+    core. Parquet splits at row-group boundaries, so a file of one row group stays one task.
+    """
+    if partitions is None:
+        if is_connect(spark):
+            return {}
+        partitions = 4 * spark.sparkContext.defaultParallelism
+    target = max(size // max(partitions, 1), 64 << 10)
+    return {"spark.sql.files.maxPartitionBytes": str(min(target, 128 << 20)), "spark.sql.files.openCostInBytes": "0"}
+
+
+class SqlConf:
+    """Set session SQL settings for a block and restore them after."""
+
+    def __init__(self, spark: SparkSession, settings: dict[str, str]) -> None:
+        self.spark, self.settings = spark, settings
+        self.before: dict[str, str | None] = {}
+
+    def __enter__(self) -> SqlConf:
+        for k, v in self.settings.items():
+            self.before[k] = self.spark.conf.get(k, None)
+            self.spark.conf.set(k, v)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.before.items():
+            if v is None:
+                self.spark.conf.unset(k)
+            else:
+                self.spark.conf.set(k, v)
+
+
+STRING_PARTITIONS = {"spark.sql.sources.partitionColumnTypeInference.enabled": "false"}
+
+
+def read_input(spark: SparkSession, fs: FileSystem, path: str, spec: dict[str, str] | None) -> DataFrame:
+    """Read the input (or one partition of it), partition values as strings, footers checked."""
+    source = path.rstrip("/") + ("/" + ledger.spec_text(spec) if spec else "")
+    if not fs.exists(source):
+        what = f"input partition {source} (--partition {ledger.spec_text(spec)})" if spec else f"input {path}"
+        raise InputDataError(f"{what} does not exist: pass a Parquet file or directory (--input)")
+    try:
+        with SqlConf(spark, STRING_PARTITIONS):
+            reader = spark.read.option("basePath", path) if spec else spark.read
+            df = reader.parquet(source)
+            df.schema  # noqa: B018 - forces the footer read, so a non-Parquet input fails here
+    except Exception as exc:  # AnalysisException, or footer errors wrapped in several types
+        msg = str(exc)
+        if any(k in msg.lower() for k in ("parquet", "footer", "magic number")):
+            raise InputDataError(f"input {source} is not a Parquet dataset (cannot read its footer)") from None
+        first = next((line for line in msg.splitlines() if line.strip()), type(exc).__name__)
+        raise InputDataError(f"input {source} is not a readable Parquet dataset: {first[:300]}") from None
+    if df.isStreaming:
+        raise InputDataError(f"input {source} is a stream")
+    return df
+
+
+def partition_keys(files: list[str], root: str) -> list[str]:
+    """The partition columns of a dataset, in directory order (``date=…/hour=…`` → date, hour)."""
+    keys: list[str] | None = None
+    for f in files:
+        rel = f.split(root.rstrip("/"), 1)[-1] if root.rstrip("/") in f else f
+        these = [seg.split("=", 1)[0] for seg in rel.strip("/").split("/")[:-1] if "=" in seg]
+        if keys is None:
+            keys = these
+        elif these != keys:
+            raise InputDataError(
+                f"input {root}: files sit at different partition depths ({'/'.join(keys)} and {'/'.join(these)}); "
+                "a dataset needs one partition layout"
+            )
+    return keys or []
+
+
+# --- the ledger -----------------------------------------------------------------------------------
+
+
+def read_ledger(fs: FileSystem, output: str) -> list[dict[str, Any]]:
+    """Every release recorded at ``output`` (LedgerError if an entry is damaged)."""
+    d = f"{output.rstrip('/')}/{ledger.LEDGER_DIR}"
+    entries = []
+    for name, _ in sorted(fs.list(d)):
+        if name.startswith(".") or not name.endswith(".json"):
+            continue
+        try:
+            text = fs.read_text(f"{d}/{name}")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LedgerError(f"ledger entry {d}/{name} cannot be read ({exc})") from None
+        entries.append(ledger.parse_entry(f"{d}/{name}", text))
+    if fs.exists(f"{output.rstrip('/')}/{MANIFEST}") and not entries:
+        try:
+            json.loads(fs.read_text(f"{output.rstrip('/')}/{MANIFEST}"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise LedgerError(
+                f"the manifest {output.rstrip('/')}/{MANIFEST} of the earlier release is damaged ({exc}); restore it "
+                "from a backup before releasing into this output again"
+            ) from None
+    return entries
+
+
+def write_ledger_entry(fs: FileSystem, output: str, entry: dict[str, Any]) -> str:
+    """Write one release's entry atomically, never replacing another's; return its path."""
+    stamp = entry["finished_at"].replace(":", "").replace("-", "").replace("+", "Z")
+    path = f"{output.rstrip('/')}/{ledger.LEDGER_DIR}/{stamp}_{entry['run_id']}.json"
+    fs.mkdirs(posixpath.dirname(path))
+    fs.write_text(path, to_json(entry), overwrite=False)
+    return path
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def commit_stage(fs: FileSystem, paths: Paths, stage: str, existed: bool, run_id: str) -> None:
+    """Move a complete ``stage`` to the output; an earlier release there is replaced only now,
+    via a hidden backup that is restored if the move fails."""
+    out = paths.output
+    if not existed:
+        fs.mkdirs(paths.parent)
+        fs.rename(stage, out)
+        return
+    old = paths.stage_name(run_id).replace(TMP_PREFIX, OLD_PREFIX, 1)
+    fs.rename(out, old)
+    try:
+        fs.rename(stage, out)
+    except BaseException:
+        fs.rename(old, out)
+        raise
+    fs.remove(old)
+
+
+def type_changes(fs: FileSystem, input_files: list[str], stage: str, skip: list[str]) -> list[dict[str, str]] | None:
+    """Columns whose Parquet type the Spark round trip changed (uint64 → decimal(20,0),
+    zoned timestamps → UTC, ...), from the footers of one input file and one output file.
+
+    None when the footers cannot be read from the driver (no local or pyarrow-readable path).
+    """
+    import pyarrow.parquet as pq
+
+    def local(path: str) -> str | None:
+        if fs.local:
+            return path
+        return path[len("file:") :] if path.startswith("file:") else None
+
+    outputs = [n for n, _ in fs.list(stage) if n.endswith(".parquet")]
+    src = local(input_files[0]) if input_files else None
+    dst = local(f"{stage}/{outputs[0]}") if outputs else None
+    if src is None or dst is None:
+        return None
+    try:
+        before, after = pq.read_schema(src), pq.read_schema(dst)
+    except (OSError, ValueError):
+        return None
+    changes = []
+    for f in before:
+        if f.name in skip or f.name not in after.names:
+            continue
+        new = after.field(f.name).type
+        if new != f.type:
+            changes.append({"column": f.name, "input_type": str(f.type), "output_type": str(new)})
+    return changes

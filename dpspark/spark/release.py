@@ -1,0 +1,286 @@
+"""The one release path: every way in (CLI, spark-submit, ETL, notebooks, the Python API).
+
+``run_release(job, df=None)`` takes a job (``dpspark.spark.perturb.PerturbJob`` or
+``dpspark.spark.vectors.VectorsJob``) through the same steps:
+
+1. **paths**: resolve input and output as Spark does; refuse an output that equals,
+   contains or lies inside the input; refuse an existing output that is not an
+   earlier dpspark release; check the output can be written (before any work);
+2. **ledger**: refuse a release whose records overlap an earlier one, coarser or finer
+   partition spec, unless ``allow_rerelease`` (exit 7); a damaged ledger is exit 8;
+3. **read** the input (or take the given DataFrame), partition values as strings;
+   **validate** its schema (``job.check``);
+4. **prepare** on the driver (``job.prepare``: embeddings, Σ, A, index, Φ) and ship the bundle;
+5. **transform** and write in one pass into a hidden staging directory, counting only
+   what the output shows (``DataFrame.observe`` on the job's hidden count columns);
+6. **commit**: manifest, side files and ledger entry into the stage, then move it into
+   place (a full release), or move the partition's directory into the output (ETL).
+
+Whatever fails, the stage, the bundle and the index files are removed and the input
+and the earlier output are as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import time
+import warnings
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.observation import Observation
+
+import dpspark
+from dpspark import ledger
+from dpspark.config import ReleaseSettings
+from dpspark.errors import ConfigError, DPSparkError, InputDataError, ReleaseRefusedError
+from dpspark.outputs import to_json
+from dpspark.spark import io
+from dpspark.spark.fs import FileSystem
+from dpspark.spark.session import get_session, is_connect
+from dpspark.spark.transform import quote
+
+log = logging.getLogger("dpspark")
+
+
+class Job(Protocol):
+    """What a release needs from a job: the rest is the same for every job."""
+
+    config: ReleaseSettings
+    command: str
+
+    def check(self, df: DataFrame) -> DataFrame: ...  # validated (maybe converted) input
+    def prepare(self, df: DataFrame, spark: SparkSession, run_id: str) -> None: ...
+    def transform(self, df: DataFrame, run_id: str) -> tuple[DataFrame, list[Any]]: ...  # out + observe() aggregates
+    def side_files(self) -> dict[str, bytes]: ...
+    def replaced_columns(self) -> list[str]: ...  # columns whose type the job changes on purpose
+    def manifest_fields(self, counts: dict[str, int]) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def check_stream(df: DataFrame) -> None:
+    if df.isStreaming:
+        raise InputDataError(
+            "the DataFrame is a stream: a release needs a bounded input (each micro-batch would reuse the same "
+            "noise keys); call dpspark.release(batch_df, ...) inside writeStream.foreachBatch with one output "
+            "partition per batch instead"
+        )
+
+
+def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | None = None) -> dict[str, Any]:
+    """Run ``job`` as a release (see the module docstring); return its manifest."""
+    c = job.config
+    started, t_start = now(), time.time()
+    if not c.output or (df is None and not c.input):
+        raise ConfigError("input and output paths are required (--input PATH --output PATH)")
+    if df is not None:
+        check_stream(df)
+    spec = ledger.parse_spec(c.partition)
+    if spec is not None and df is not None:
+        raise ConfigError("partition releases read their input themselves: pass input= instead of a DataFrame")
+    spark = spark or (df.sparkSession if df is not None else get_session(c.master, c.batch_rows, c.remote))
+    fs = FileSystem(spark)
+    run_id = io.new_run_id()
+
+    # 1. paths
+    input_files = None
+    if df is not None:
+        try:
+            input_files = df.inputFiles()
+        except Exception:  # noqa: BLE001 - some sources (in-memory, tables on Connect) have no files
+            input_files = None
+    paths = io.Paths(fs, c.input, c.output, input_files)
+    paths.check_overlap()
+    existed = paths.check_output(c.mode, partitioned=spec is not None)
+
+    # 2. ledger
+    earlier = io.read_ledger(fs, paths.output) if existed else []
+    clash = ledger.overlapping(earlier, spec)
+    if clash and not c.allow_rerelease:
+        last = clash[-1]
+        raise ReleaseRefusedError(
+            f"{ledger.spec_text(spec)} of {c.output} overlaps {len(clash)} earlier release(s) (latest: "
+            f"{ledger.spec_text(last['partition'])}, run {last['run_id']} at {last['finished_at']}, epsilon "
+            f"{last['epsilon']:g}); releasing the same records again spends privacy again (the epsilons add up): "
+            "pass --allow-rerelease to do it on purpose"
+        )
+    removed = paths.remove_stale()
+
+    # 3. read and validate
+    if df is None:
+        df = io.read_input(spark, fs, paths.input_given or paths.input, spec)
+        size = fs.size(paths.input + ("/" + ledger.spec_text(spec) if spec else ""))
+        splits = io.read_splits(spark, size, c.partitions)
+        files = df.inputFiles()
+    else:
+        splits, files = {}, input_files or []
+    df = job.check(df)
+    keys = io.partition_keys(files, paths.input) if paths.input and c.input else []
+    if spec is not None and list(spec) != keys[: len(spec)]:
+        raise ConfigError(
+            f"partition {ledger.spec_text(spec)} does not follow the input's partition layout "
+            f"({'/'.join(keys) or 'none'}): name the leading partition columns in order"
+        )
+    log.info(json.dumps({"event": f"{job.command}_started", "run_id": run_id, "partition": ledger.spec_text(spec)}))
+
+    stage = paths.stage_name(run_id)
+    try:
+        # 4. prepare
+        t0 = time.perf_counter()
+        job.prepare(df, spark, run_id)
+        prep_s = time.perf_counter() - t0
+
+        # 5. transform and write (one pass)
+        t0 = time.perf_counter()
+        counts = _write(job, df, spark, run_id, stage, keys, splits, paths.input or "the input")
+        write_s = time.perf_counter() - t0
+        changed = io.type_changes(fs, files, stage, job.replaced_columns())
+        if changed:
+            warnings.warn(
+                "Spark's Parquet mapping changed the type of column(s) "
+                + ", ".join(f"{x['column']} ({x['input_type']} -> {x['output_type']})" for x in changed)
+                + ": listed in the manifest under type_changes",
+                UserWarning,
+                stacklevel=2,
+            )
+
+        # 6. commit
+        entry = ledger.entry(
+            run_id,
+            spec,
+            getattr(c, "epsilon", 0.0),
+            str(getattr(c, "mechanism", job.command)),
+            now(),
+            bool(clash),
+            command=job.command,
+            rows=counts["rows"],
+        )
+        entries = [*earlier, entry]
+        manifest = {
+            "dpspark_version": dpspark.__version__,
+            "command": job.command,
+            "run_id": run_id,
+            "started_at": started,
+            "finished_at": entry["finished_at"],
+            "input": paths.input,
+            "output": paths.output,
+            "partition": ledger.spec_text(spec) if spec else None,
+            **job.manifest_fields(counts),
+            "counts": counts,
+            "ledger": {
+                "releases": len(entries),
+                "epsilon_spent": ledger.epsilon_spent(entries),
+                "rerelease": bool(clash),
+            },
+            "timings": {
+                "preparation_s": round(prep_s, 3),
+                "transform_and_write_s": round(write_s, 3),
+            },
+            "spark": {
+                "version": spark.version,
+                "master": "spark connect" if is_connect(spark) else spark.sparkContext.master,
+            },
+            "stale_temporaries_removed": len(removed),
+            "type_changes": changed,
+        }
+        manifest["duration_s"] = round(time.time() - t_start, 3)
+        manifest["status"] = "succeeded"  # the last key: a reader that sees it sees the whole manifest
+        _commit(fs, paths, stage, spec, existed, earlier, entry, manifest, job.side_files())
+    except BaseException:
+        fs.remove(stage)
+        raise
+    finally:
+        job.close()
+    log.info(
+        json.dumps(
+            {
+                "event": f"{job.command}_finished",
+                "run_id": run_id,
+                "counts": manifest["counts"],
+                "duration_s": manifest["duration_s"],
+                "status": manifest["status"],
+            }
+        )
+    )
+    return manifest
+
+
+def _write(
+    job: Job, df: DataFrame, spark: SparkSession, run_id: str, stage: str, keys: list[str], splits: dict, source: str
+) -> dict[str, int]:
+    """Transform and write into ``stage`` in one pass; return the observed (public) counts."""
+    out, aggregates = job.transform(df, run_id)
+    observation = Observation(f"dpspark_{run_id}")
+    observed = out.observe(observation, F.count(F.lit(1)).alias("rows"), *aggregates)
+    hidden = [n for n in observed.columns if n.startswith(f"__dpspark_{run_id[:12]}_")]
+    final = observed.drop(*hidden) if hidden else observed
+    writer = final.write.mode("error")
+    if keys:
+        writer = writer.partitionBy(*keys)
+    try:
+        with io.SqlConf(spark, splits):
+            writer.parquet(stage)
+    except DPSparkError:
+        raise
+    except Exception as exc:
+        described = io.describe_spark_error(exc, source)
+        if described is not None:
+            raise described from None
+        raise
+    return {k: int(v or 0) for k, v in observation.get.items()}
+
+
+def _commit(
+    fs: FileSystem,
+    paths: io.Paths,
+    stage: str,
+    spec: dict[str, str] | None,
+    existed: bool,
+    earlier: list[dict[str, Any]],
+    entry: dict[str, Any],
+    manifest: dict[str, Any],
+    side_files: dict[str, bytes],
+) -> None:
+    out = paths.output
+    if spec is None:
+        # A full release: everything goes into the stage, which then replaces the output.
+        for name, data in side_files.items():
+            fs.write_bytes(f"{stage}/{name}", data)
+        for e in earlier:  # an overwritten release keeps its history
+            io.write_ledger_entry(fs, stage, e)
+        io.write_ledger_entry(fs, stage, entry)
+        fs.write_text(f"{stage}/{io.MANIFEST}", to_json(manifest))
+        io.commit_stage(fs, paths, stage, existed, entry["run_id"])
+        return
+    # ETL: record the release, then move the partition's directory into the output. The
+    # entry goes first: a run killed in between leaves a release recorded that may not
+    # have happened (a re-run then needs --allow-rerelease), never the reverse.
+    rel = ledger.spec_text(spec)
+    src, dst = f"{stage}/{rel}", f"{out}/{rel}"
+    if not fs.exists(src):  # an empty partition writes no directory: record it all the same
+        fs.mkdirs(src)
+    for name, data in side_files.items():
+        fs.write_bytes(f"{src}/{name}", data)
+    recorded = io.write_ledger_entry(fs, out, entry)
+    try:
+        fs.mkdirs(posixpath.dirname(dst))
+        if fs.exists(dst):  # only reached with allow_rerelease: the earlier release of it is replaced
+            io.commit_stage(fs, io.Paths(fs, None, dst), src, True, entry["run_id"])
+        else:
+            fs.rename(src, dst)
+    except BaseException:
+        fs.remove(recorded)
+        raise
+    fs.write_text(f"{out}/{io.MANIFEST}", to_json(manifest))
+    fs.remove(stage)
+
+
+__all__ = ["Job", "quote", "run_release"]

@@ -1,0 +1,132 @@
+"""Shipping a bundle to the executors, and the executors' one bounded cache.
+
+Driver side: ``ship(spark, write)`` writes a bundle (``dpspark.bundle``) into a fresh
+directory under this process's scratch directory, zips it, hands the archive to Spark
+(``SparkContext.addArchive``, or a session artifact on Spark Connect), and removes the
+unzipped directory at once. ``Shipment.close()`` removes the archive: an eager release
+calls it when its job is over; a lazy ``perturb_text`` DataFrame may be evaluated at
+any later time, so its archive (kilobytes with the default embedding) stays until the
+process exits. The scratch directory of a process that died without cleaning up is
+removed by the next dpspark process on that machine.
+
+Executor side: ``resources(name)`` loads a bundle once per Python worker into a
+module-level LRU cache (Spark reuses Python workers, and this module is imported, not
+pickled, so the cache survives across tasks). At most ``MAX_BUNDLES`` bundles and
+``MAX_EMBEDDINGS`` embeddings are held: a notebook that calls ``perturb_text`` many
+times does not grow its workers without bound. Bundles of one embedding share its
+word dictionary (the largest object).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from dpspark.bundle import Resources, load_bundle, load_embedding, read_settings
+from dpspark.spark.session import is_connect
+
+MAX_BUNDLES = 2
+MAX_EMBEDDINGS = 2
+_PREFIX = "dpspark-scratch-"
+
+_bundles: OrderedDict[str, Resources] = OrderedDict()
+_embeddings: OrderedDict[str, tuple] = OrderedDict()
+_scratch: Path | None = None
+
+
+def _remove_stale_scratch(tmp: Path) -> None:
+    """Remove scratch directories of dpspark processes on this machine that no longer run."""
+    for d in tmp.glob(f"{_PREFIX}*"):
+        try:
+            pid = int(d.name.removeprefix(_PREFIX).split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (ValueError, PermissionError, OSError):
+            continue
+
+
+def scratch_dir() -> Path:
+    """This process's scratch directory (bundles, index files), removed at exit."""
+    global _scratch
+    if _scratch is None or not _scratch.exists():
+        tmp = Path(tempfile.gettempdir())
+        _remove_stale_scratch(tmp)
+        _scratch = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
+        atexit.register(shutil.rmtree, _scratch, True)
+    return _scratch
+
+
+@dataclass
+class Shipment:
+    """A shipped bundle: ``name`` is what executors pass to ``resources``."""
+
+    name: str
+    archive: Path
+
+    def close(self) -> None:
+        self.archive.unlink(missing_ok=True)
+
+
+def ship(spark: SparkSession, write: Callable[[Path], object]) -> Shipment:
+    """Write a bundle with ``write(directory)`` and send it to every executor."""
+    directory = scratch_dir() / f"dpspark-bundle-{uuid.uuid4().hex}"
+    try:
+        write(directory)
+        archive = Path(shutil.make_archive(str(directory), "zip", root_dir=directory))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    try:
+        if is_connect(spark):
+            spark.addArtifacts(str(archive), archive=True)
+        else:
+            spark.sparkContext.addArchive(str(archive))
+    except BaseException:
+        archive.unlink(missing_ok=True)
+        raise
+    return Shipment(archive.name, archive)
+
+
+def _put(cache: OrderedDict, key: str, value: object, limit: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > limit:
+        cache.popitem(last=False)
+
+
+def resources(name: str) -> Resources:
+    """The worker's cached resources of the shipped bundle ``name`` (loaded on first use)."""
+    cached = _bundles.get(name)
+    if cached is not None:
+        _bundles.move_to_end(name)
+        return cached
+    from pyspark import SparkFiles
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)  # one BLAS thread per worker: Spark's task slots use the cores
+    directory = SparkFiles.get(name)
+    sha = read_settings(directory)["embeddings"]["sha256"]
+    embedding = _embeddings.get(sha)
+    if embedding is None:
+        _, vectors, words = load_embedding(directory)
+        embedding = (vectors, words, {w: i for i, w in enumerate(words)})
+        _put(_embeddings, sha, embedding, MAX_EMBEDDINGS)
+    else:
+        _embeddings.move_to_end(sha)
+    loaded = load_bundle(directory, embedding)
+    _put(_bundles, name, loaded, MAX_BUNDLES)
+    return loaded
+
+
+def cached() -> tuple[int, int]:
+    """(bundles, embeddings) held by this process's cache (for tests)."""
+    return len(_bundles), len(_embeddings)

@@ -1,0 +1,161 @@
+"""The executor side of every release: pure functions from Arrow batches to Arrow batches.
+
+``mapInArrow`` hands each task whole Arrow batches; all tokens (or vectors) of a batch
+are privatised with one noise draw from ``batch_generator(job key, partition, batch)``,
+so a retried or recomputed task reproduces its output exactly within one run and a new
+run (new key) draws new noise. The bundle comes from the worker's bounded cache
+(``dpspark.spark.resources``). Only the private text or vector leaves these functions.
+
+Hidden count columns carry, per row, only what the released row itself shows (its
+output token count and ``[UNK]`` placeholders; ``dpspark.text.COUNT_NAMES``); the
+release path aggregates them in the same pass with ``DataFrame.observe`` and drops
+them. Their names carry the run id, so no input column can clash with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+from dpspark.prepare import perturber_from
+from dpspark.privemb import m1, privemb
+from dpspark.rng import batch_generator
+from dpspark.spark.resources import resources
+from dpspark.text import COUNT_NAMES, TextPerturber, decode_strings, tokenize
+
+
+def quote(name: str) -> str:
+    """A column name as a Spark SQL identifier (dots, spaces and backticks are literal)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def count_columns(run_id: str) -> list[str]:
+    return [f"__dpspark_{run_id[:12]}_{n}" for n in COUNT_NAMES]
+
+
+def _perturber(bundle: str) -> TextPerturber:
+    res = resources(bundle)
+    if "perturber" not in res.derived:
+        res.derived["perturber"] = perturber_from(res)
+    return res.derived["perturber"]
+
+
+def _task_partition() -> int:
+    from pyspark import TaskContext
+
+    return TaskContext.get().partitionId()
+
+
+def _perturb_batches(
+    batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes, columns: list[str], keep: bool, counts: list[str]
+) -> Iterator[pa.RecordBatch]:
+    perturber = _perturber(bundle)
+    partition = _task_partition()
+    for number, batch in enumerate(batches):
+        rng = batch_generator(job_key, partition, number)
+        names, arrays = list(batch.schema.names), list(batch.columns)
+        totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
+        originals = []
+        for col in columns:
+            i = names.index(col)
+            originals.append(arrays[i])
+            arrays[i], per_row = perturber.perturb_array(arrays[i], rng)
+            totals += per_row
+        if keep:
+            names += [f"{c}_original" for c in columns]
+            arrays += originals
+        names += counts
+        arrays += [pa.array(totals[:, j], pa.int64()) for j in range(len(COUNT_NAMES))]
+        yield pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def perturb(df: DataFrame, bundle: str, job_key: bytes, columns: list[str], keep: bool, run_id: str) -> DataFrame:
+    """``df`` with ``columns`` perturbed, ``<col>_original`` if ``keep``, and the hidden count columns."""
+    counts = count_columns(run_id)
+    fields = list(df.schema.fields)
+    if keep:
+        fields += [T.StructField(f"{col}_original", T.StringType(), True) for col in columns]
+    fields += [T.StructField(n, T.LongType(), False) for n in counts]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return _perturb_batches(batches, bundle, job_key, columns, keep, counts)
+
+    return df.mapInArrow(run, T.StructType(fields))
+
+
+def mean_vectors(texts: list[str | None], vectors: np.ndarray, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean embedding of each text's tokens (texts without an embedded token get the zero vector).
+
+    Returns (n_valid × d, mask of non-null rows).
+    """
+    valid = np.array([t is not None for t in texts], dtype=bool)
+    out = np.zeros((int(valid.sum()), vectors.shape[1]))
+    for i, t in enumerate(t for t in texts if t is not None):
+        rows = [r for r in (index.get(tok, -1) for tok in tokenize(t)[0]) if r >= 0]
+        if rows:
+            out[i] = vectors[rows].mean(axis=0)
+    return out, valid
+
+
+def _vector_batches(
+    batches: Iterator[pa.RecordBatch],
+    column: str,
+    job_key: bytes,
+    phi: np.ndarray | None,
+    epsilon: float,
+    beta: float,
+    d: int,
+    out_type: pa.DataType,
+    bundle: str | None,
+) -> Iterator[pa.RecordBatch]:
+    partition = _task_partition()
+    dim = d if phi is None else phi.shape[0]
+    for number, batch in enumerate(batches):
+        rng = batch_generator(job_key, partition, number)
+        names, arrays = list(batch.schema.names), list(batch.columns)
+        i = names.index(column)
+        col = arrays[i]
+        if bundle is not None:
+            res = resources(bundle)
+            texts, _ = decode_strings(col)
+            x, valid = mean_vectors(texts, res.vectors, res.word_index)
+        else:
+            valid = ~np.asarray(col.is_null(), dtype=bool)
+            flat = np.asarray(col.drop_null().flatten(), dtype=np.float64)
+            x = flat.reshape(int(valid.sum()), d)  # an all-null batch is a (0, d) matrix
+        private = privemb(x, phi, epsilon, beta, rng) if phi is not None else m1(x, epsilon, rng)
+        lengths = np.where(valid, dim, 0)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = pa.array(private.ravel(), type=out_type.value_type)
+        arrays[i] = pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~valid)).cast(out_type)
+        yield pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def release_vectors(
+    df: DataFrame,
+    column: str,
+    job_key: bytes,
+    phi: np.ndarray | None,
+    epsilon: float,
+    beta: float,
+    d: int,
+    element: T.DataType,
+    bundle: str | None,
+) -> DataFrame:
+    """``df`` with ``column`` replaced by private vectors (PrivEmb with Φ, or M1 without)."""
+    out_type = pa.list_(pa.float32() if element == T.FloatType() else pa.float64())
+    schema = T.StructType(
+        [
+            T.StructField(f.name, T.ArrayType(element) if f.name == column else f.dataType, f.nullable)
+            for f in df.schema.fields
+        ]
+    )
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return _vector_batches(batches, column, job_key, phi, epsilon, beta, d, out_type, bundle)
+
+    return df.mapInArrow(run, schema)
