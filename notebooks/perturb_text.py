@@ -56,16 +56,21 @@ print(f"mechanism {config.mechanism}, ε = {config.epsilon:g}, λ = {config.lamb
 # COMMAND ----------
 
 df = spark.read.parquet(config.input)
-private = dpspark.perturb_text(
+# dpspark.release writes the release as `dpspark perturb` does: the output is refused if it overlaps
+# the input, committed atomically, with a manifest and a ledger entry (a second release of the same
+# records is refused unless allow_rerelease=True). Use dpspark.perturb_text for a lazy, unpublished DataFrame.
+manifest = dpspark.release(
     df,
+    output=config.output,
     columns=config.columns,
     epsilon=config.epsilon,
     mechanism=config.mechanism,
     lam=config.lam,
     vocab_size=config.vocab_size,
     oov=config.oov,
+    mode=config.mode,
 )
-private.write.mode(config.mode).parquet(config.output)
+print(manifest["guarantee"])
 released = spark.read.parquet(config.output)
 print(f"{released.count()} rows written to {config.output}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ def glove():
 @pytest.fixture(scope="session")
 def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # A spark.local.dir of the session's own, so tests can look at what Spark writes there.
+    os.environ["SPARK_LOCAL_DIRS"] = tempfile.mkdtemp(prefix="dpspark-test-spark-local-")
     from dpspark.spark.session import get_session
 
     session = get_session("local[2]", batch_rows=1000)

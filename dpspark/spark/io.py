@@ -206,7 +206,7 @@ def read_input(spark: SparkSession, fs: FileSystem, path: str, spec: dict[str, s
             df.schema  # noqa: B018 - forces the footer read, so a non-Parquet input fails here
     except Exception as exc:  # AnalysisException, or footer errors wrapped in several types
         msg = str(exc)
-        if any(k in msg.lower() for k in ("parquet", "footer", "magic number")):
+        if any(k in msg.lower() for k in ("footer", "magic number", "is not a parquet file")):
             raise InputDataError(f"input {source} is not a Parquet dataset (cannot read its footer)") from None
         first = next((line for line in msg.splitlines() if line.strip()), type(exc).__name__)
         raise InputDataError(f"input {source} is not a readable Parquet dataset: {first[:300]}") from None
@@ -243,8 +243,12 @@ def read_ledger(fs: FileSystem, output: str) -> list[dict[str, Any]]:
             continue
         try:
             text = fs.read_text(f"{d}/{name}")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LedgerError(f"ledger entry {d}/{name} cannot be read ({exc})") from None
+        except Exception as exc:  # noqa: BLE001 - OSError, a decode error, or Hadoop's ChecksumException
+            first = next((line for line in str(exc).splitlines() if line.strip() and "calling" not in line), str(exc))
+            raise LedgerError(
+                f"ledger entry {d}/{name} cannot be read ({first.strip()[:200]}): the record of which records were "
+                "released is damaged; restore it from a backup (dpspark never rewrites ledger entries)"
+            ) from None
         entries.append(ledger.parse_entry(f"{d}/{name}", text))
     if fs.exists(f"{output.rstrip('/')}/{MANIFEST}") and not entries:
         try:

@@ -3,10 +3,10 @@
 Driver side: ``ship(spark, write)`` writes a bundle (``dpspark.bundle``) into a fresh
 directory under this process's scratch directory, zips it, hands the archive to Spark
 (``SparkContext.addArchive``, or a session artifact on Spark Connect), and removes the
-unzipped directory at once. ``Shipment.close()`` removes the archive: an eager release
-calls it when its job is over; a lazy ``perturb_text`` DataFrame may be evaluated at
-any later time, so its archive (kilobytes with the default embedding) stays until the
-process exits. The scratch directory of a process that died without cleaning up is
+unzipped directory at once. The archive itself must stay while the session lives
+(Spark re-checks every archive it was given before each task), so it is removed with
+the scratch directory when the process exits: kilobytes with the default embedding,
+which executors load from the installed package. The scratch directory of a process that died without cleaning up is
 removed by the next dpspark process on that machine.
 
 Executor side: ``resources(name)`` loads a bundle once per Python worker into a
@@ -74,7 +74,10 @@ class Shipment:
     archive: Path
 
     def close(self) -> None:
-        self.archive.unlink(missing_ok=True)
+        """Nothing to do while the session lives: Spark re-checks every archive it was given
+        before each task (``Executor.updateDependencies``), so a removed archive would fail the
+        session's later jobs. The archive (kilobytes with the default embedding) goes with the
+        scratch directory when the process exits."""
 
 
 def ship(spark: SparkSession, write: Callable[[Path], object]) -> Shipment:

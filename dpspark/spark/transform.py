@@ -33,6 +33,24 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def map_in_arrow(df: DataFrame, fn, fields: list[T.StructField]) -> DataFrame:  # noqa: ANN001
+    """``df.mapInArrow`` for any column names: pyspark resolves each input column by name
+    (``df[name]``), which fails for names with dots, so columns travel as ``_c0, _c1, ...``
+    and get their names back after. ``fn(batches, names)`` sees the real names."""
+    names = df.columns
+    safe = [f"_c{i}" for i in range(len(names))]
+    out_names = [f.name for f in fields]
+    out_safe = [f"_c{i}" for i in range(len(fields))]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        renamed = (pa.RecordBatch.from_arrays(b.columns, names=names) for b in batches)
+        for b in fn(renamed):
+            yield pa.RecordBatch.from_arrays(b.columns, names=out_safe)
+
+    schema = T.StructType([T.StructField(s, f.dataType, f.nullable) for s, f in zip(out_safe, fields)])
+    return df.toDF(*safe).mapInArrow(run, schema).toDF(*out_names)
+
+
 def count_columns(run_id: str) -> list[str]:
     return [f"__dpspark_{run_id[:12]}_{n}" for n in COUNT_NAMES]
 
@@ -84,7 +102,7 @@ def perturb(df: DataFrame, bundle: str, job_key: bytes, columns: list[str], keep
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return _perturb_batches(batches, bundle, job_key, columns, keep, counts)
 
-    return df.mapInArrow(run, T.StructType(fields))
+    return map_in_arrow(df, run, fields)
 
 
 def mean_vectors(texts: list[str | None], vectors: np.ndarray, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -148,14 +166,12 @@ def release_vectors(
 ) -> DataFrame:
     """``df`` with ``column`` replaced by private vectors (PrivEmb with Φ, or M1 without)."""
     out_type = pa.list_(pa.float32() if element == T.FloatType() else pa.float64())
-    schema = T.StructType(
-        [
-            T.StructField(f.name, T.ArrayType(element) if f.name == column else f.dataType, f.nullable)
-            for f in df.schema.fields
-        ]
-    )
+    fields = [
+        T.StructField(f.name, T.ArrayType(element) if f.name == column else f.dataType, f.nullable)
+        for f in df.schema.fields
+    ]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return _vector_batches(batches, column, job_key, phi, epsilon, beta, d, out_type, bundle)
 
-    return df.mapInArrow(run, schema)
+    return map_in_arrow(df, run, fields)

@@ -52,6 +52,11 @@ def test_perturb_text_notebook(spark, tmp_path):
     written = pq.read_table(out).to_pandas()
     assert len(written) == len(original) and set(written.columns) == set(original.reset_index().columns)
     assert result["namespace"]["config"].epsilon == 10.0
+    # The notebook's release is a release: manifest and ledger entry, like the CLI's.
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["status"] == "succeeded" and manifest["command"] == "perturb" and manifest["epsilon"] == 10.0
+    (entry,) = [json.loads(p.read_text()) for p in (out / "_dpspark_ledger").glob("*.json")]
+    assert entry["run_id"] == manifest["run_id"] and entry["partition"] is None and entry["epsilon"] == 10.0
 
 
 def test_perturb_text_notebook_rejects_bad_settings_by_name(spark, tmp_path):

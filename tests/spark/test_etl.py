@@ -90,7 +90,7 @@ def test_failed_run_marks_nothing_and_can_be_rerun(spark, partitioned, tmp_path,
     assert run(partitioned, out, "2026-11-20") == 0
     real = fs_module.FileSystem.write_text
 
-    def broken(self, path, text):
+    def broken(self, path, text, overwrite=True):
         raise OSError("disk full")
 
     monkeypatch.setattr(fs_module.FileSystem, "write_text", broken)

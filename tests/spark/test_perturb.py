@@ -154,6 +154,7 @@ def test_overwrite_mode_replaces_output(spark, tmp_path):
                 "10",
                 "--mode",
                 "overwrite",
+                "--allow-rerelease",  # the same records again: a re-release, on purpose
                 *FAST,
             ]
         )
