@@ -103,9 +103,9 @@ def end_to_end(vocab: int, n_tokens: int) -> dict:
         "vocab_size": vocab,
         "rows": rows,
         "tokens": m["counts"]["tokens"],
-        "tokens_per_s": m["counts"]["tokens"] / t["perturb_and_write_s"],
+        "tokens_per_s": m["counts"]["tokens"] / t["transform_and_write_s"],
         "preparation_s": t["preparation_s"],
-        "perturb_and_write_s": t["perturb_and_write_s"],
+        "perturb_and_write_s": t["transform_and_write_s"],
         "process_wall_s": round(wall, 1),
     }
 
