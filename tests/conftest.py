@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
