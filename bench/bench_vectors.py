@@ -75,7 +75,8 @@ def main() -> None:
         mf = json.loads((out / "_dpspark_manifest.json").read_text())
     t = mf["timings"]
     print(
-        f"  {mf['rows']:,} vectors in {t['transform_and_write_s']:.1f} s = {mf['rows'] / t['transform_and_write_s']:,.0f} vectors/s "
+        f"  {mf['rows']:,} vectors in {t['transform_and_write_s']:.1f} s = "
+        f"{mf['rows'] / t['transform_and_write_s']:,.0f} vectors/s "
         f"(read, release, write; the validation pass runs before); whole command {wall:.1f} s"
     )
     print(f"  the arithmetic alone (Φx + noise, numpy, one process): {core:,.0f} vectors/s")
