@@ -42,22 +42,21 @@ def check_lambda(lam: Any) -> float:
     return value
 
 
+def _open_unit(name: str, value: Any, expected: str) -> float:
+    number = _number(name, value, expected)
+    if not (math.isfinite(number) and 0.0 < number < 1.0):
+        raise ConfigError(f"{name} must be {expected}, got {value!r}")
+    return number
+
+
 def check_delta(delta: Any) -> float:
     """δ ∈ (0, 1): PrivEmb's failure probability (e.g. 1e-6)."""
-    expected = "in (0, 1) (e.g. 1e-6)"
-    value = _number("delta", delta, expected)
-    if not (math.isfinite(value) and 0.0 < value < 1.0):
-        raise ConfigError(f"delta must be {expected}, got {delta!r}")
-    return value
+    return _open_unit("delta", delta, "in (0, 1) (e.g. 1e-6)")
 
 
 def check_beta(beta: Any) -> float:
     """β ∈ (0, 1): the distortion that PrivEmb's random projection may add to distances."""
-    expected = "in (0, 1) (the projection's distortion)"
-    value = _number("beta", beta, expected)
-    if not (math.isfinite(value) and 0.0 < value < 1.0):
-        raise ConfigError(f"beta must be {expected}, got {beta!r}")
-    return value
+    return _open_unit("beta", beta, "in (0, 1) (the projection's distortion)")
 
 
 def check_seed(seed: Any) -> int | None:

@@ -42,7 +42,7 @@ from dpspark.outputs import to_json
 from dpspark.spark import io
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import get_session, is_connect
-from dpspark.spark.transform import quote
+from dpspark.spark.transform import count_columns, quote
 
 log = logging.getLogger("dpspark")
 
@@ -220,7 +220,7 @@ def _write(
     out, aggregates = job.transform(df, run_id)
     observation = Observation(f"dpspark_{run_id}")
     observed = out.observe(observation, F.count(F.lit(1)).alias("rows"), *aggregates)
-    hidden = [n for n in observed.columns if n.startswith(f"__dpspark_{run_id[:12]}_")]
+    hidden = [n for n in count_columns(run_id) if n in observed.columns]
     final = observed.drop(*hidden) if hidden else observed
     writer = final.write.mode("error")
     if keys:
