@@ -476,3 +476,44 @@ def test_flags_are_derived_from_the_models():
         fields = {f.alias or n for n, f in getattr(config, model).model_fields.items()}
         assert dests == fields, command
     assert np.isfinite(PerturbConfig.parse({"epsilon": "10"}).epsilon)
+
+
+@pytest.fixture()
+def viewfs(spark, tmp_path):
+    """A non-local default file system: viewfs://cluster/ with /data mounted on a local
+    directory and everything else falling back to file:///, as on a federated HDFS."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    conf = {
+        "fs.defaultFS": "viewfs://cluster/",
+        "fs.viewfs.mounttable.cluster.link./data": f"file://{mount}",
+        "fs.viewfs.mounttable.cluster.linkFallback": "file:///",
+    }
+    for k, v in conf.items():
+        spark.conf.set(k, v)  # copied into the session's Hadoop conf for every read and write
+    try:
+        yield mount
+    finally:
+        for k in conf:
+            spark.conf.unset(k)
+
+
+def test_paths_resolve_through_a_non_local_default_file_system(spark, capsys, viewfs):
+    pq.write_table(pa.table({"text": ["the city is quiet", "a dog ran home"]}), viewfs / "raw.parquet")
+    (viewfs / "raw").mkdir()
+    os.replace(viewfs / "raw.parquet", viewfs / "raw" / "p0.parquet")
+    before = snapshot(viewfs / "raw")
+    fs = io.FileSystem(spark)
+    assert fs.resolve("/data/raw") == f"file:{viewfs}/raw"  # the mount point, followed
+
+    # The same directory under its mounted name and under its physical name (via the fallback).
+    for out in ("/data/raw/private", f"{viewfs}/raw/private"):
+        code = perturb("/data/raw", out, "--mode", "overwrite")
+        refused(capsys, code, ConfigError, "lies inside the input", f"file:{viewfs}/raw/private")
+    assert snapshot(viewfs / "raw") == before
+
+    assert perturb("/data/raw", "/data/private") == 0
+    released = pq.read_table(viewfs / "private")
+    assert released.num_rows == 2 and released.column_names == ["text"]
+    assert snapshot(viewfs / "raw") == before
+    assert leftovers(viewfs) == []
