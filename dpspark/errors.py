@@ -53,5 +53,9 @@ class LedgerError(DPSparkError):
     exit_code = 8
 
 
-class PrivacyWarning(UserWarning):
+class DPSparkWarning(UserWarning):
+    """A warning of dpspark's own (the test suite turns these, and only these, into errors)."""
+
+
+class PrivacyWarning(DPSparkWarning):
     """An opt-in publishes something the guarantee does not cover (raw text, layout, corpus words)."""

@@ -18,10 +18,12 @@ import warnings
 
 import numpy as np
 
+from dpspark.errors import DPSparkWarning
+
 KEY_BYTES = 16
 
 
-class SeededRunWarning(UserWarning):
+class SeededRunWarning(DPSparkWarning):
     """A fixed seed makes the noise predictable to anyone who knows the seed."""
 
 

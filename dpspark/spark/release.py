@@ -37,7 +37,7 @@ from pyspark.sql.observation import Observation
 import dpspark
 from dpspark import ledger
 from dpspark.config import ReleaseSettings
-from dpspark.errors import ConfigError, DPSparkError, InputDataError, ReleaseRefusedError
+from dpspark.errors import ConfigError, DPSparkError, DPSparkWarning, InputDataError, ReleaseRefusedError
 from dpspark.outputs import to_json
 from dpspark.spark import io
 from dpspark.spark.fs import FileSystem
@@ -148,7 +148,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
                 "Spark's Parquet mapping changed the type of column(s) "
                 + ", ".join(f"{x['column']} ({x['input_type']} -> {x['output_type']})" for x in changed)
                 + ": listed in the manifest under type_changes",
-                UserWarning,
+                DPSparkWarning,
                 stacklevel=2,
             )
 
