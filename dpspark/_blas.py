@@ -37,3 +37,19 @@ def prefer_fast_kernels() -> None:
         return
     if _is_zen4():
         os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
+
+def one_thread() -> None:
+    """Limit this process's BLAS to one thread (a Spark task slot is one core).
+
+    dpspark's own sessions already set OPENBLAS_NUM_THREADS=1 (and OMP/MKL) for their Python
+    workers; this also covers sessions started elsewhere (a notebook's). threadpoolctl is
+    optional: versions before 3 (Databricks 14.3/15.4 ship 2.2.0) print a ctypes error in
+    every worker and the limit does not take effect, so they are left alone.
+    """
+    try:
+        import threadpoolctl
+    except ImportError:
+        return
+    if int(threadpoolctl.__version__.split(".")[0]) >= 3:
+        threadpoolctl.threadpool_limits(1)

