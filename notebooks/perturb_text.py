@@ -10,13 +10,15 @@
 # MAGIC `epsilon` is the privacy level: smaller is more private. It has no library default; 10 here is only
 # MAGIC the demo's value.
 # MAGIC
-# MAGIC **Setup.** Build the wheel with `make dist` and upload `dist/dpspark-0.1.0-py3-none-any.whl` to the path in
-# MAGIC the next cell (no `[spark]` extra: Databricks brings its own Spark). Locally, `dpspark.notebook_runner`
-# MAGIC runs this notebook and skips the install cells.
+# MAGIC **Setup.** Build the wheel with `make dist`, upload `dist/dpspark-0.1.0-py3-none-any.whl` to a Unity
+# MAGIC Catalog volume (or workspace files) and put its path in the next cell; DBFS-root libraries are
+# MAGIC disabled from Databricks Runtime 15.1. No `[spark]` extra: the runtime brings Spark, pandas and
+# MAGIC numpy, and dpspark installs without upgrading them. Locally, `dpspark.notebook_runner` runs this
+# MAGIC notebook and skips the install cells.
 
 # COMMAND ----------
 
-# MAGIC %pip install /dbfs/FileStore/wheels/dpspark-0.1.0-py3-none-any.whl
+# MAGIC %pip install /Volumes/main/default/libraries/dpspark-0.1.0-py3-none-any.whl
 
 # COMMAND ----------
 
@@ -24,8 +26,8 @@ dbutils.library.restartPython()
 
 # COMMAND ----------
 
-dbutils.widgets.text("input", "examples/reviews.parquet", "Input Parquet")
-dbutils.widgets.text("output", "/tmp/dpspark_notebook/reviews_private", "Output Parquet")
+dbutils.widgets.text("input", "", "Input Parquet (required)")
+dbutils.widgets.text("output", "", "Output Parquet (required)")
 dbutils.widgets.text("columns", "text", "Text columns (comma-separated)")
 dbutils.widgets.text("epsilon", "10", "ε")
 dbutils.widgets.dropdown("mechanism", "mahalanobis", ["mahalanobis", "laplace"], "Mechanism")
@@ -38,9 +40,20 @@ dbutils.widgets.text("id_column", "id", "Row id column (for the before/after sam
 
 import dpspark
 
+
+def required(name: str) -> str:
+    """A widget without a default: a cluster has no example data, so the path must be given."""
+    value = dbutils.widgets.get(name).strip()
+    if not value:
+        raise ValueError(
+            f"set the {name!r} widget: it has no default (a path such as /Volumes/<catalog>/<schema>/<volume>/...)"
+        )
+    return value
+
+
 settings = {
-    "input": dbutils.widgets.get("input"),
-    "output": dbutils.widgets.get("output"),
+    "input": required("input"),
+    "output": required("output"),
     "columns": dbutils.widgets.get("columns"),
     "epsilon": dbutils.widgets.get("epsilon"),
     "mechanism": dbutils.widgets.get("mechanism"),

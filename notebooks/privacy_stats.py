@@ -11,14 +11,16 @@
 # MAGIC model (`dpspark.config.StatsConfig`). The defaults are a small, fast grid; a review would use e.g.
 # MAGIC epsilons `1,2,5,10,15,20,40`, lambdas `0,0.25,0.5,0.75,1`, 100 runs, 500 words, vocabulary 50000.
 # MAGIC
-# MAGIC **Setup.** Build the wheel with `make dist` and upload `dist/dpspark-0.1.0-py3-none-any.whl` to the path in
-# MAGIC the next cell (no `[spark]` extra: Databricks brings its own Spark). Locally, `dpspark.notebook_runner`
-# MAGIC runs this notebook and skips the install cells. The output directory is written by the driver
+# MAGIC **Setup.** Build the wheel with `make dist`, upload `dist/dpspark-0.1.0-py3-none-any.whl` to a Unity
+# MAGIC Catalog volume (or workspace files) and put its path in the next cell; DBFS-root libraries are
+# MAGIC disabled from Databricks Runtime 15.1. No `[spark]` extra: the runtime brings Spark, pandas and
+# MAGIC numpy, and dpspark installs without upgrading them. Locally, `dpspark.notebook_runner` runs this
+# MAGIC notebook and skips the install cells. The output directory is written by the driver
 # MAGIC (a local path).
 
 # COMMAND ----------
 
-# MAGIC %pip install /dbfs/FileStore/wheels/dpspark-0.1.0-py3-none-any.whl
+# MAGIC %pip install /Volumes/main/default/libraries/dpspark-0.1.0-py3-none-any.whl
 
 # COMMAND ----------
 

@@ -11,14 +11,16 @@
 # MAGIC private vector leaves them. The default here embeds the `text` column of the example reviews.
 # MAGIC The widgets take the same settings as `dpspark release-vectors`, validated by the same code.
 # MAGIC
-# MAGIC **Setup.** Build the wheel with `make dist` and upload `dist/dpspark-0.1.0-py3-none-any.whl` to the path in
-# MAGIC the next cell (no `[spark]` extra: Databricks brings its own Spark). Locally, `dpspark.notebook_runner`
-# MAGIC runs this notebook and skips the install cells. Φ is written next to the data, so the output must be a
+# MAGIC **Setup.** Build the wheel with `make dist`, upload `dist/dpspark-0.1.0-py3-none-any.whl` to a Unity
+# MAGIC Catalog volume (or workspace files) and put its path in the next cell; DBFS-root libraries are
+# MAGIC disabled from Databricks Runtime 15.1. No `[spark]` extra: the runtime brings Spark, pandas and
+# MAGIC numpy, and dpspark installs without upgrading them. Locally, `dpspark.notebook_runner` runs this
+# MAGIC notebook and skips the install cells. Φ is written next to the data, so the output must be a
 # MAGIC local path for now.
 
 # COMMAND ----------
 
-# MAGIC %pip install /dbfs/FileStore/wheels/dpspark-0.1.0-py3-none-any.whl
+# MAGIC %pip install /Volumes/main/default/libraries/dpspark-0.1.0-py3-none-any.whl
 
 # COMMAND ----------
 
@@ -26,8 +28,8 @@ dbutils.library.restartPython()
 
 # COMMAND ----------
 
-dbutils.widgets.text("input", "examples/reviews.parquet", "Input Parquet")
-dbutils.widgets.text("output", "/tmp/dpspark_notebook/private_vectors", "Output directory")
+dbutils.widgets.text("input", "", "Input Parquet (required)")
+dbutils.widgets.text("output", "", "Output directory (required)")
 dbutils.widgets.text("column", "text", "Vector or text column")
 dbutils.widgets.text("epsilon", "5", "ε")
 dbutils.widgets.text("delta", "1e-6", "δ (PrivEmb)")
@@ -39,9 +41,20 @@ dbutils.widgets.dropdown("mechanism", "privemb", ["privemb", "m1"], "Mechanism")
 
 import dpspark
 
+
+def required(name: str) -> str:
+    """A widget without a default: a cluster has no example data, so the path must be given."""
+    value = dbutils.widgets.get(name).strip()
+    if not value:
+        raise ValueError(
+            f"set the {name!r} widget: it has no default (a path such as /Volumes/<catalog>/<schema>/<volume>/...)"
+        )
+    return value
+
+
 settings = {
-    "input": dbutils.widgets.get("input"),
-    "output": dbutils.widgets.get("output"),
+    "input": required("input"),
+    "output": required("output"),
     "column": dbutils.widgets.get("column"),
     "epsilon": float(dbutils.widgets.get("epsilon")),
     "delta": float(dbutils.widgets.get("delta")),

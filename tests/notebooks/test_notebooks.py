@@ -142,3 +142,12 @@ def test_widgets_must_be_defined_before_use(spark, tmp_path):
     plain.write_text("print('not a notebook')\n", encoding="utf-8")
     with pytest.raises(ValueError, match="not a Databricks source notebook"):
         run_notebook(plain, spark=spark)
+
+
+@pytest.mark.parametrize("notebook", ["perturb_text.py", "release_vectors.py"])
+def test_notebook_paths_have_no_default_and_install_from_a_volume(spark, tmp_path, notebook):
+    text = (NOTEBOOKS / notebook).read_text(encoding="utf-8")
+    assert "%pip install /Volumes/" in text and "/dbfs/" not in text
+    with pytest.raises(NotebookError, match="set the 'input' widget"):
+        run_notebook(NOTEBOOKS / notebook, {"output": str(tmp_path / "o")}, spark=spark)
+    assert not (tmp_path / "o").exists()
