@@ -27,7 +27,7 @@ import logging
 import posixpath
 import time
 import warnings
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
@@ -63,7 +63,7 @@ class Job(Protocol):
 
 
 def now() -> str:
-    return datetime.now(UTC).isoformat()
+    return datetime.now(timezone.utc).isoformat()
 
 
 def check_stream(df: DataFrame) -> None:

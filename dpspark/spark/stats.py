@@ -14,12 +14,14 @@ import logging
 import operator
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark import Accumulator, AccumulatorParam
 from pyspark.sql import SparkSession
 
 import dpspark
@@ -32,6 +34,7 @@ from dpspark.geometry import geometry
 from dpspark.neighbours import AnnoyIndex
 from dpspark.outputs import to_json
 from dpspark.prepare import read_word_list
+from dpspark.progress import Progress, describe, watching
 from dpspark.rng import new_job_key
 from dpspark.spark import io, resources
 from dpspark.spark.fs import FileSystem
@@ -41,10 +44,23 @@ from dpspark.stats import WorkItem, item_counts, plan, rows_of_words, sample_wor
 log = logging.getLogger("dpspark")
 
 
-def _run_items(items: Iterator[WorkItem], bundle: str, job_key: bytes) -> Iterator:
+def _run_items(items: Iterator[WorkItem], bundle: str, job_key: bytes, finished: Accumulator) -> Iterator:
     res = resources.resources(bundle)
     for it in items:
         yield from item_counts(it, job_key, res.vectors, res.vocab_rows, res.a_by_lambda[it.lam], res.index)
+        finished.add({(it.epsilon, it.lam): 1})  # counts only: the driver's progress line
+
+
+class _CountsByKey(AccumulatorParam):
+    """Accumulates {key: count} dictionaries (items finished per grid point)."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:  # noqa: N802 - pyspark's name
+        for k, v in b.items():
+            a[k] = a.get(k, 0) + v
+        return a
 
 
 def _nw_sw(kv: tuple) -> tuple:
@@ -57,15 +73,24 @@ def _add3(a: tuple, b: tuple) -> tuple:
 
 
 def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
-    """((ε, λ, w) → (Nw, Sw, K)) computed by the executors."""
+    """((ε, λ, w) → (Nw, Sw, K)) computed by the executors, with a progress line every 10 s."""
     sc = spark.sparkContext
     slices = max(1, min(len(items), 4 * sc.defaultParallelism))
+    finished = sc.accumulator({}, _CountsByKey())
+    per_point = Counter((it.epsilon, it.lam) for it in items)
+    progress = Progress("privacy-stats", len(per_point))
+
+    def poll() -> tuple[int, float]:
+        done = finished.value
+        return sum(done.get(k, 0) == n for k, n in per_point.items()), sum(done.values()) / len(items)
+
     counts = (
         sc.parallelize(items, slices)
-        .mapPartitions(lambda it: _run_items(it, bundle, job_key))
+        .mapPartitions(lambda it: _run_items(it, bundle, job_key, finished))
         .reduceByKey(operator.add)
     )
-    return counts.map(_nw_sw).reduceByKey(_add3).collectAsMap()
+    with watching(progress, poll):
+        return counts.map(_nw_sw).reduceByKey(_add3).collectAsMap()
 
 
 def choose_words(config: StatsConfig, emb: Embeddings, vocab_rows: np.ndarray, spark: SparkSession) -> tuple:
@@ -134,6 +159,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
+        describe(spark, "privacy-stats", f"Nw/Sw of {len(word_rows)} words at {len(items)} work items", run_id)
         result = spark_per_word(spark, items, new_job_key(config.seed), shipment.name)
         draws = len(config.epsilons) * len(config.lambdas) * len(word_rows) * config.runs
         compute_s = time.perf_counter() - t0
@@ -159,7 +185,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
             "dpspark_version": dpspark.__version__,
             "command": "privacy-stats",
             "run_id": run_id,
-            "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
+            "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
             "epsilons": config.epsilons,
             "lambdas": config.lambdas,
             "runs": config.runs,

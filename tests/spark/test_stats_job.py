@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -42,9 +43,14 @@ def test_spark_equals_plain_numpy(spark, glove, tmp_path):
     assert all(v[2] == 12 for v in got.values()) and len(got) == 2 * 2 * 25
 
 
-def test_privacy_stats_outputs(spark, tmp_path):
+def test_privacy_stats_outputs(spark, tmp_path, caplog):
     out = tmp_path / "s"
-    assert stats_cli(out, "--epsilons", "2,10,40", "--lambdas", "0,1") == 0
+    with caplog.at_level(logging.INFO, logger="dpspark.progress"):
+        assert stats_cli(out, "--epsilons", "2,10,40", "--lambdas", "0,1") == 0
+    # The last progress line counts every grid point; the Spark job carries the step's name.
+    progress = [r.getMessage() for r in caplog.records if r.name == "dpspark.progress"]
+    assert progress[-1].startswith("privacy-stats: 6/6 grid points done, 0 left (took ")
+    assert spark.sparkContext.getLocalProperty("spark.job.description").startswith("dpspark privacy-stats: ")
     for f in (
         "per_word.parquet",
         "summary.csv",

@@ -1,0 +1,92 @@
+"""Visible progress on long work: Spark UI job names and progress lines with an estimate.
+
+Progress lines go to the ``dpspark.progress`` logger at INFO, so the CLI prints them to
+stderr and ``--quiet`` silences them with every other log line. They carry counts and
+times only, never data.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger("dpspark.progress")
+
+
+def describe(spark: Any, command: str, step: str, run_id: str | None = None) -> None:
+    """Name the Spark jobs that follow in the Spark UI: "dpspark <command>: <step>".
+
+    Classic sessions set the job group (``dpspark-<run id>``, so one run's jobs can be found
+    and cancelled together) and its description. Spark Connect has no SparkContext: there the
+    jobs are tagged ``dpspark`` and ``dpspark-<command>`` instead.
+    """
+    from dpspark.spark.session import is_connect
+
+    text = f"dpspark {command}: {step}"
+    if is_connect(spark):
+        spark.addTag("dpspark")
+        spark.addTag(f"dpspark-{command}")
+        return
+    spark.sparkContext.setJobGroup(f"dpspark-{run_id or command}", text)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+class Progress:
+    """Counts finished units out of ``total`` and reports them with a time estimate.
+
+    The estimate extrapolates the elapsed time linearly from ``fraction`` (the share of the
+    work done, which may be finer than whole units).
+    """
+
+    def __init__(self, label: str, total: int, unit: str = "grid points") -> None:
+        self.label, self.total, self.unit = label, total, unit
+        self.started = time.monotonic()
+        self.lines: list[str] = []
+
+    def line(self, done: int, fraction: float) -> str:
+        elapsed = time.monotonic() - self.started
+        text = f"{self.label}: {done}/{self.total} {self.unit} done, {self.total - done} left"
+        if 0 < fraction < 1:
+            text += f" ({fraction:.0%} of the work; about {_duration(elapsed * (1 - fraction) / fraction)} to go)"
+        elif fraction >= 1:
+            text += f" (took {_duration(elapsed)})"
+        return text
+
+    def report(self, done: int, fraction: float) -> None:
+        text = self.line(done, fraction)
+        if not self.lines or self.lines[-1] != text:
+            self.lines.append(text)
+            log.info(text)
+
+
+@contextmanager
+def watching(progress: Progress, poll: Callable[[], tuple[int, float]], every: float = 10.0) -> Iterator[None]:
+    """Report ``poll()`` = (units done, fraction done) every ``every`` seconds while the body runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            progress.report(*poll())
+
+    thread = threading.Thread(target=loop, name="dpspark-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    progress.report(*poll())

@@ -1,0 +1,25 @@
+import logging
+import time
+
+from dpspark.progress import Progress, _duration, watching
+
+
+def test_duration_and_estimate():
+    assert [_duration(s) for s in (4.4, 65, 3725)] == ["4 s", "1 min 05 s", "1 h 02 min"]
+    p = Progress("privacy-stats", 14)
+    p.started -= 60  # a minute in, a quarter of the work done: three more minutes to go
+    assert p.line(3, 0.25) == "privacy-stats: 3/14 grid points done, 11 left (25% of the work; about 3 min 00 s to go)"
+    assert p.line(14, 1.0) == "privacy-stats: 14/14 grid points done, 0 left (took 1 min 00 s)"
+
+
+def test_watching_reports_while_running_and_at_the_end(caplog):
+    state = {"done": 0}
+    p = Progress("calibrate", 3)
+    with caplog.at_level(logging.INFO, logger="dpspark.progress"):
+        with watching(p, lambda: (state["done"], state["done"] / 3), every=0.05):
+            for i in range(1, 4):
+                time.sleep(0.2)
+                state["done"] = i
+    assert p.lines[-1].startswith("calibrate: 3/3 grid points done, 0 left (took ")
+    assert any(" 1/3 " in line or " 2/3 " in line for line in p.lines[:-1])  # seen during the work
+    assert [r.getMessage() for r in caplog.records] == p.lines  # each distinct line logged once
