@@ -160,13 +160,20 @@ def read_splits(spark: SparkSession, size: int, partitions: int | None) -> dict[
 
     ``partitions`` asks for that many splits; by default small inputs get about four per
     core. Parquet splits at row-group boundaries, so a file of one row group stays one task.
+    Splits are at least 64 KiB: each Python worker loads the embedding once (≈ 1 s), which a
+    tiny split would not repay. ``minPartitionNum`` 1 stops Spark from cutting a tiny input
+    into one split per core anyway (empty splits of a one-row-group file, each a worker).
     """
     if partitions is None:
         if is_connect(spark):
             return {}
         partitions = 4 * spark.sparkContext.defaultParallelism
     target = max(size // max(partitions, 1), 64 << 10)
-    return {"spark.sql.files.maxPartitionBytes": str(min(target, 128 << 20)), "spark.sql.files.openCostInBytes": "0"}
+    return {
+        "spark.sql.files.maxPartitionBytes": str(min(target, 128 << 20)),
+        "spark.sql.files.openCostInBytes": "0",
+        "spark.sql.files.minPartitionNum": "1",
+    }
 
 
 class SqlConf:
