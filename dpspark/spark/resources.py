@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from dpspark.bundle import Resources, load_bundle, load_embedding, read_settings
+from dpspark.bundle import Resources, load_bundle, load_embedding, read_settings, word_rows
 from dpspark.spark.session import is_connect
 
 MAX_BUNDLES = 2
@@ -122,7 +122,7 @@ def resources(name: str) -> Resources:
     embedding = _embeddings.get(sha)
     if embedding is None:
         _, vectors, words = load_embedding(directory)
-        embedding = (vectors, words, {w: i for i, w in enumerate(words)})
+        embedding = (vectors, words, word_rows(words))
         _put(_embeddings, sha, embedding, MAX_EMBEDDINGS)
     else:
         _embeddings.move_to_end(sha)

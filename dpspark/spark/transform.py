@@ -21,7 +21,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from dpspark.prepare import perturber_from
+from dpspark.bundle import perturber_from
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
 from dpspark.spark.resources import resources
@@ -71,9 +71,11 @@ def _task_partition() -> int:
 def _perturb_batches(
     batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes, columns: list[str], keep: bool, counts: list[str]
 ) -> Iterator[pa.RecordBatch]:
-    perturber = _perturber(bundle)
     partition = _task_partition()
+    perturber = None
     for number, batch in enumerate(batches):
+        if perturber is None:  # loaded at the first batch: an empty partition loads nothing
+            perturber = _perturber(bundle)
         rng = batch_generator(job_key, partition, number)
         names, arrays = list(batch.schema.names), list(batch.columns)
         totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
