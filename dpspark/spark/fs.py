@@ -152,6 +152,7 @@ class FileSystem:
         directory, name = posixpath.split(path.rstrip("/"))
         part = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         if self.local:
+            Path(directory).mkdir(parents=True, exist_ok=True)  # as Hadoop's create does
             Path(part).write_bytes(data)
             try:
                 if overwrite:

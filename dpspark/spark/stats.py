@@ -38,7 +38,7 @@ from dpspark.progress import Progress, describe, watching
 from dpspark.rng import new_job_key
 from dpspark.spark import io, resources
 from dpspark.spark.fs import FileSystem
-from dpspark.spark.session import get_session
+from dpspark.spark.session import get_session, is_connect
 from dpspark.stats import WorkItem, item_counts, plan, rows_of_words, sample_words
 
 log = logging.getLogger("dpspark")
@@ -73,7 +73,17 @@ def _add3(a: tuple, b: tuple) -> tuple:
 
 
 def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
-    """((ε, λ, w) → (Nw, Sw, K)) computed by the executors, with a progress line every 10 s."""
+    """((ε, λ, w) → (Nw, Sw, K)) computed by the executors, with a progress line every 10 s.
+
+    With a SparkContext: the RDD path (``reduceByKey``). On Spark Connect (serverless,
+    standard access mode) there is none, and ``dataframe_per_word`` computes the same
+    counts with DataFrames.
+    """
+    if is_connect(spark):
+        progress = Progress("privacy-stats", len({(it.epsilon, it.lam) for it in items}))
+        result = dataframe_per_word(spark, items, job_key, bundle)
+        progress.report(progress.total, 1.0)
+        return result
     sc = spark.sparkContext
     slices = max(1, min(len(items), 4 * sc.defaultParallelism))
     finished = sc.accumulator({}, _CountsByKey())
@@ -91,6 +101,46 @@ def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, b
     )
     with watching(progress, poll):
         return counts.map(_nw_sw).reduceByKey(_add3).collectAsMap()
+
+
+_ITEMS = "item long, epsilon double, lam double, rows array<long>, runs long"
+_COUNTS = "epsilon double, lam double, word long, output long, count long"
+
+
+def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes) -> Iterator[pa.RecordBatch]:
+    res = resources.resources(bundle)
+    for batch in batches:
+        for row in batch.to_pylist():
+            it = WorkItem(row["item"], row["epsilon"], row["lam"], tuple(row["rows"]), row["runs"])
+            pairs = item_counts(it, job_key, res.vectors, res.vocab_rows, res.a_by_lambda[it.lam], res.index)
+            keys = [k for k, _ in pairs]
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([k[0] for k in keys], pa.float64()),
+                    pa.array([k[1] for k in keys], pa.float64()),
+                    pa.array([k[2] for k in keys], pa.int64()),
+                    pa.array([k[3] for k in keys], pa.int64()),
+                    pa.array([c for _, c in pairs], pa.int64()),
+                ],
+                names=["epsilon", "lam", "word", "output", "count"],
+            )
+
+
+def dataframe_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
+    """The DataFrame twin of the ``reduceByKey`` path (no SparkContext): the same items, the same
+    noise (keyed by job key and item number), grouped with ``groupBy``; equal results."""
+    from pyspark.sql import functions as F
+
+    rows = [(it.item, it.epsilon, it.lam, list(it.rows), it.runs) for it in items]
+    slices = max(1, min(len(items), 64))
+    df = spark.createDataFrame(rows, _ITEMS).repartition(slices, "item")
+    counts = df.mapInArrow(lambda b: _item_batches(b, bundle, job_key), _COUNTS)
+    pairs = counts.groupBy("epsilon", "lam", "word", "output").agg(F.sum("count").alias("count"))
+    same = F.when(F.col("output") == F.col("word"), F.col("count")).otherwise(F.lit(0))
+    per_word = pairs.groupBy("epsilon", "lam", "word").agg(
+        F.sum(same).alias("nw"), F.count(F.lit(1)).alias("sw"), F.sum("count").alias("runs")
+    )
+    return {(r[0], r[1], r[2]): (r[3], r[4], r[5]) for r in per_word.collect()}
 
 
 def choose_words(config: StatsConfig, emb: Embeddings, vocab_rows: np.ndarray, spark: SparkSession) -> tuple:
@@ -127,7 +177,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
     started = time.time()
     if not config.output:
         raise ConfigError("output: give the directory for the statistics (--output DIR)")
-    spark = spark or get_session(config.master)
+    spark = spark or get_session(config.master, remote=config.remote)
     fs = FileSystem(spark)
     paths = io.Paths(fs, config.corpus, config.output)
     paths.check_overlap()

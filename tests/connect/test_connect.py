@@ -124,3 +124,21 @@ print(json.dumps({{"same": first == second, "changed": sum(1 for k, t in raw.ite
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["same"] and result["schema_same"] and result["changed"] > 400
+
+
+def test_privacy_stats_through_connect_equals_classic(connect_url, spark, tmp_path):
+    """No SparkContext on Connect: the DataFrame twin of reduceByKey gives the same table for a seed."""
+    common = ["privacy-stats", "--epsilons", "2,10", "--lambdas", "0,1", "--vocab-size", "2000", "--words", "30"]
+    common += ["--runs", "12", "--seed", "3", "--quiet"]
+    args = [*common, "--output", str(tmp_path / "connect"), "--remote", connect_url]
+    done = run_isolated(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
+    assert done.returncode == 0, done.stderr[-3000:]
+    from dpspark.cli import main
+
+    assert main([*common, "--output", str(tmp_path / "classic")]) == 0
+    import pyarrow.parquet as pq
+
+    connect, classic = (pq.read_table(tmp_path / d / "per_word.parquet") for d in ("connect", "classic"))
+    assert connect.num_rows == 2 * 2 * 30 and connect.equals(classic)
+    m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["draws"] == 2 * 2 * 30 * 12

@@ -16,7 +16,7 @@ from dpspark.geometry import geometry
 from dpspark.neighbours import ExactIndex
 from dpspark.rng import SeededRunWarning, new_job_key
 from dpspark.spark import resources
-from dpspark.spark.stats import spark_per_word
+from dpspark.spark.stats import dataframe_per_word, spark_per_word
 from dpspark.stats import compute_counts, per_word, plan, sample_words
 
 pytestmark = pytest.mark.spark
@@ -38,8 +38,9 @@ def test_spark_equals_plain_numpy(spark, glove, tmp_path):
     expected = per_word(compute_counts(items, key, glove.vectors, vocab, a_by, ExactIndex(glove.vectors[vocab])))
     shipment = resources.ship(spark, lambda d: save_bundle(d, glove, {"nn": "exact"}, vocab, a_by))
     got = spark_per_word(spark, items, key, shipment.name)
+    twin = dataframe_per_word(spark, items, key, shipment.name)  # the Spark Connect path, here on classic
     shipment.close()
-    assert got == expected
+    assert got == expected and twin == expected
     assert all(v[2] == 12 for v in got.values()) and len(got) == 2 * 2 * 25
 
 
