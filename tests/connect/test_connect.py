@@ -142,3 +142,25 @@ def test_privacy_stats_through_connect_equals_classic(connect_url, spark, tmp_pa
     assert connect.num_rows == 2 * 2 * 30 and connect.equals(classic)
     m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
     assert m["status"] == "succeeded" and m["draws"] == 2 * 2 * 30 * 12
+
+
+def test_release_vectors_and_calibrate_through_connect(connect_url, tmp_path):
+    vectors, calibrated = tmp_path / "v", tmp_path / "c"
+    runs = [
+        ["release-vectors", "--input", str(SAMPLE), "--output", str(vectors), "--column", "text", "--epsilon", "5"],
+        # calibrate runs the statistics itself when given no --stats directory
+        ["calibrate", "--output", str(calibrated), "--epsilons", "1,10,40", "--lambdas", "1", "--words", "20"],
+    ]
+    runs[1] += ["--runs", "10", "--vocab-size", "2000", "--max-nw-fraction", "0.5"]
+    code = "import sys; from dpspark.cli import main\n" + "".join(
+        f"assert main({[*args, '--remote', connect_url, '--quiet']!r}) == 0\n" for args in runs
+    )
+    done = run_isolated(code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import pyarrow.parquet as pq
+
+    released = pq.read_table(vectors)
+    assert released.num_rows == 500 and {len(v) for v in released.column("text").to_pylist() if v} == {51}
+    m = json.loads((vectors / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["spark"]["master"] == "spark connect"
+    assert json.loads((calibrated / "_dpspark_manifest.json").read_text())["status"] == "succeeded"
