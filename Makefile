@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench bench-peers-venv lint dist clean
+.PHONY: demo test test-fast test-runtimes bench bench-peers-venv lint dist clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not spark and not slow"
+
+# The suite under each Databricks LTS runtime's pinned libraries (runtimes/dbr-*.txt), from
+# pyenv's Python 3.10, 3.11 and 3.12; prints a table and fails when any runtime fails.
+test-runtimes:
+	runtimes/run.sh
 
 bench: $(STAMP)
 	$(PY) bench/bench_perturb.py
