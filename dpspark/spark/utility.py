@@ -1,0 +1,451 @@
+"""``dpspark evaluate-utility``: how much worse does a model get on perturbed text?
+
+One Spark job for a labelled Parquet dataset (Xu et al. 2020 §5.2; Feyisetan et al.
+2020 §5):
+
+1. read, check the text and label columns, map the labels to class indices (sorted
+   label values; the last one is the positive class of binary metrics);
+2. a fixed train/test split (``randomSplit`` with ``split_seed``: not noise randomness,
+   stated in the manifest), both halves persisted in memory and reused by every run;
+3. the non-private **baseline**: the model trained on plain train, scored on plain test;
+4. for every (ε, λ) of the grid, on the driver: ``dpspark.prepare.prepare`` and one
+   shipped bundle, then R independent perturbations (each its own job key) through the
+   release's own executor transform (``dpspark.spark.transform.perturb``):
+   - **train-time**: train on perturbed train, score on plain test;
+   - **test-time**: the baseline model scores perturbed test;
+5. results Parquet, ``summary.md`` (rows λ, columns ε), plots with 95% CI bands and a
+   manifest, committed all-or-nothing (``dpspark.spark.reports``).
+
+Models are Spark MLlib: ``tfidf-logreg`` is RegexTokenizer (dpspark's own token
+pattern) → HashingTF → IDF → LogisticRegression; ``embedding-logreg`` is the mean GloVe
+vector of a text's tokens (a mapInArrow over the shipped embedding) → LogisticRegression.
+
+The outputs are computed from the raw data (the baseline most plainly): an evaluation
+for the data owner, not a release. The manifest says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import shutil
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+import dpspark
+from dpspark import utility
+from dpspark.config import EvaluateUtilityConfig, PerturbConfig
+from dpspark.embeddings import load_embeddings
+from dpspark.errors import InputDataError
+from dpspark.prepare import Prepared, prepare
+from dpspark.rng import new_job_key
+from dpspark.spark import io, resources
+from dpspark.spark.reports import ReportOutput
+from dpspark.spark.session import get_session
+from dpspark.spark.transform import count_columns, mean_vectors, perturb, quote
+from dpspark.text import TOKEN_PATTERN
+
+log = logging.getLogger("dpspark")
+
+TEXT, LABEL = "text", "label"  # the internal DataFrame's columns
+HASHING_FEATURES = 1 << 16
+MAX_ITER = 100  # MLlib's default; the SMS spam baseline converges in ≈ 40 iterations
+ROWS_PER_TASK = 20_000  # small data runs as few tasks: each MLlib iteration is one Spark job
+MAX_CLASSES = 1000
+PRIVACY_NOTE = (
+    "An evaluation for the data owner, not a release: the baseline and every metric are computed from the raw "
+    "data (labels and plain text). Keep these files with the raw data."
+)
+
+
+# --- input ------------------------------------------------------------------------------------------
+
+
+def check_input(df: DataFrame, config: EvaluateUtilityConfig) -> None:
+    """The text column is a string, the label column an atomic type."""
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    for col, what in ((config.text_column, "text"), (config.label_column, "label")):
+        if col not in fields:
+            flag = "--text-column" if what == "text" else "--label-column"
+            raise InputDataError(
+                f"{what} column {col!r} is not in the input; available columns: {', '.join(fields)} ({flag})"
+            )
+    t = fields[config.text_column]
+    if not isinstance(t, T.StringType):
+        raise InputDataError(
+            f"text column {config.text_column!r} has type {t.simpleString()}, expected string: cast it, or name the "
+            "text column with --text-column"
+        )
+    lt = fields[config.label_column]
+    if not isinstance(lt, T.StringType | T.BooleanType | T.IntegralType | T.FractionalType):
+        raise InputDataError(
+            f"label column {config.label_column!r} has type {lt.simpleString()}: labels must be strings, integers, "
+            "booleans or numbers (one class per value)"
+        )
+
+
+def label_classes(df: DataFrame, label: str) -> tuple[list[Any], list[str], list[int]]:
+    """(label values sorted, their string forms as Spark casts them, row counts): refuses nulls and one class."""
+    rows = df.groupBy(F.col(quote(label)).alias("v"), F.col(quote(label)).cast("string").alias("k")).count().collect()
+    nulls = sum(r["count"] for r in rows if r["v"] is None)
+    if nulls:
+        raise InputDataError(
+            f"label column {label!r} has {nulls} null value(s): drop or label those rows first "
+            "(every row needs a class)"
+        )
+    if len(rows) < 2:
+        only = f"only the value {rows[0]['v']!r}" if rows else "no rows"
+        raise InputDataError(
+            f"label column {label!r} has {only}: a classifier needs at least two classes; check --label-column"
+        )
+    if len(rows) > MAX_CLASSES:
+        raise InputDataError(
+            f"label column {label!r} has {len(rows)} distinct values (at most {MAX_CLASSES}): is it really a label?"
+        )
+    rows.sort(key=lambda r: r["v"])
+    return [r["v"] for r in rows], [r["k"] for r in rows], [int(r["count"]) for r in rows]
+
+
+def labelled_frame(df: DataFrame, config: EvaluateUtilityConfig, keys: list[str], rows: int) -> DataFrame:
+    """(text, label index) with null texts as empty strings, in about rows / ROWS_PER_TASK tasks (no shuffle)."""
+    index = F.create_map(*[x for i, k in enumerate(keys) for x in (F.lit(k), F.lit(float(i)))])
+    out = df.select(
+        F.coalesce(F.col(quote(config.text_column)), F.lit("")).alias(TEXT),
+        index[F.col(quote(config.label_column)).cast("string")].alias(LABEL),
+    )
+    tasks = max(1, math.ceil(rows / ROWS_PER_TASK))
+    return out.coalesce(tasks) if out.rdd.getNumPartitions() > tasks else out
+
+
+def split(df: DataFrame, config: EvaluateUtilityConfig, values: list[Any], rows: int) -> tuple[DataFrame, DataFrame]:
+    """The fixed split, persisted in memory; every class must be in both halves."""
+    f = config.test_fraction
+    train, test = df.randomSplit([1.0 - f, f], seed=config.split_seed)
+    train, test = train.persist(StorageLevel.MEMORY_ONLY), test.persist(StorageLevel.MEMORY_ONLY)
+    counts = {}
+    for name, part in (("train", train), ("test", test)):
+        counts[name] = {int(r[LABEL]): int(r["count"]) for r in part.groupBy(LABEL).count().collect()}
+    missing = [
+        (name, values[k]) for name in ("train", "test") for k in range(len(values)) if counts[name].get(k, 0) == 0
+    ]
+    if missing:
+        train.unpersist()
+        test.unpersist()
+        name, value = missing[0]
+        raise InputDataError(
+            f"too few rows for the split: {rows} rows with test fraction {f:g} give {sum(counts['train'].values())} "
+            f"train and {sum(counts['test'].values())} test rows, and the {name} split has no row of class {value!r}; "
+            "every class needs rows in both splits: give more rows (tens per class at least) or change --test-fraction"
+        )
+    return train, test
+
+
+# --- models ----------------------------------------------------------------------------------------
+
+
+def _mean_vector_batches(batches: Iterator[pa.RecordBatch], bundle: str) -> Iterator[pa.RecordBatch]:
+    res = resources.resources(bundle)
+    for b in batches:
+        texts = b.column(0).to_pylist()
+        x, _ = mean_vectors(texts, res.vectors, res.word_index)
+        flat = pa.array(x.ravel(), pa.float64())
+        offsets = pa.array(np.arange(0, x.size + 1, x.shape[1], dtype=np.int32))
+        yield pa.RecordBatch.from_arrays([pa.ListArray.from_arrays(offsets, flat), b.column(1)], ["vec", LABEL])
+
+
+def mean_vector_features(df: DataFrame, bundle: str) -> DataFrame:
+    """(features: mean embedding of the text's tokens, label): zero vector for a text without an embedded token."""
+    from pyspark.ml.functions import array_to_vector
+
+    schema = T.StructType(
+        [T.StructField("vec", T.ArrayType(T.DoubleType(), False)), T.StructField(LABEL, T.DoubleType())]
+    )
+    arrays = df.select(TEXT, LABEL).mapInArrow(lambda it: _mean_vector_batches(it, bundle), schema)
+    return arrays.select(array_to_vector("vec").alias("features"), LABEL)
+
+
+class Model:
+    """The MLlib pipeline of ``config.model``: ``fit(train)`` and ``predict(fitted, test)``."""
+
+    def __init__(self, name: str, n_classes: int) -> None:
+        self.name, self.n_classes = name, n_classes
+
+    def _classifier(self) -> Any:
+        from pyspark.ml.classification import LogisticRegression
+
+        return LogisticRegression(featuresCol="features", labelCol=LABEL, maxIter=MAX_ITER)
+
+    def params(self) -> dict[str, Any]:
+        p = {"classifier": "LogisticRegression", "max_iter": MAX_ITER, "reg_param": 0.0}
+        if self.name == "tfidf-logreg":
+            p.update(tokenizer=f"RegexTokenizer({TOKEN_PATTERN})", hashing_features=HASHING_FEATURES, idf=True)
+        else:
+            p.update(features="mean embedding vector of the text's tokens (zero without an embedded token)")
+        return p
+
+    def fit(self, train: DataFrame, bundle: str) -> Any:
+        from pyspark.ml import Pipeline
+        from pyspark.ml.feature import IDF, HashingTF, RegexTokenizer
+
+        if self.name == "tfidf-logreg":
+            stages = [
+                RegexTokenizer(inputCol=TEXT, outputCol="tokens", pattern=TOKEN_PATTERN, gaps=False),
+                HashingTF(inputCol="tokens", outputCol="tf", numFeatures=HASHING_FEATURES),
+                IDF(inputCol="tf", outputCol="features"),
+                self._classifier(),
+            ]
+            return Pipeline(stages=stages).fit(train)
+        return Pipeline(stages=[self._classifier()]).fit(mean_vector_features(train, bundle))
+
+    def predict(self, fitted: Any, test: DataFrame, bundle: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(labels, predicted classes, probability of class 1 or None) of ``test``, collected to the driver."""
+        from pyspark.ml.functions import vector_to_array
+
+        data = test if self.name == "tfidf-logreg" else mean_vector_features(test, bundle)
+        cols = [F.col(LABEL), F.col("prediction")]
+        if self.n_classes == 2:
+            cols.append(vector_to_array("probability")[1].alias("score"))
+        rows = fitted.transform(data).select(*cols).collect()
+        y = np.array([r[0] for r in rows], dtype=np.int64)
+        p = np.array([r[1] for r in rows], dtype=np.int64)
+        s = np.array([r[2] for r in rows], dtype=np.float64) if self.n_classes == 2 else None
+        return y, p, s
+
+    def score(self, fitted: Any, test: DataFrame, bundle: str) -> dict[str, float]:
+        return utility.classification_metrics(*self.predict(fitted, test, bundle), self.n_classes)
+
+
+# --- the grid --------------------------------------------------------------------------------------
+
+
+def run_key(master: bytes, *parts: object) -> bytes:
+    """The job key of one perturbation: a keyed hash (BLAKE2b) of the run's secret master key and
+    its coordinates, so every run draws independent noise and none is written anywhere."""
+    return hashlib.blake2b(repr(parts).encode(), key=master, digest_size=len(master)).digest()
+
+
+def perturb_config(config: EvaluateUtilityConfig, epsilon: float, lam: float) -> PerturbConfig:
+    """The perturb settings of one grid point (what a release at (ε, λ) would use)."""
+    shared = ("embeddings", "embeddings_format", "embeddings_words", "vocab_size", "vocab_file")
+    shared += ("nn", "annoy_trees", "annoy_search_k")
+    values = {k: getattr(config, k) for k in shared}
+    values.update(columns=[TEXT], epsilon=epsilon, mechanism=config.mechanism)
+    if config.mechanism == "mahalanobis":
+        values["lambda"] = lam
+    return PerturbConfig.parse(values)
+
+
+def perturbed(df: DataFrame, bundle: str, key: bytes) -> DataFrame:
+    """``df`` with its text perturbed by the release's executor transform, persisted in memory."""
+    run_id = io.new_run_id()
+    out = perturb(df, bundle, key, [TEXT], False, run_id).drop(*count_columns(run_id))
+    return out.persist(StorageLevel.MEMORY_ONLY)
+
+
+def run_evaluate_utility(
+    config: EvaluateUtilityConfig, spark: SparkSession | None = None, df: DataFrame | None = None
+) -> dict[str, Any]:
+    """Run the evaluation (see the module docstring); return the manifest."""
+    started, t_start = datetime.now(timezone.utc).isoformat(), time.time()
+    if df is None and not config.input:
+        from dpspark.errors import ConfigError
+
+        raise ConfigError("input: give the labelled Parquet dataset (--input PATH)")
+    spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
+    files = None
+    if df is not None:
+        try:
+            files = df.inputFiles()
+        except Exception:  # noqa: BLE001 - in-memory DataFrames have no files
+            files = None
+    with ReportOutput(spark, config.input, config.output, config.write_mode, "evaluation", files) as out:
+        if df is None:
+            df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
+        check_input(df, config)
+        values, keys, class_counts = label_classes(df, config.label_column)
+        rows = sum(class_counts)
+        train, test = split(labelled_frame(df, config, keys, rows), config, values, rows)
+        try:
+            manifest = _evaluate(spark, config, train, test, values, class_counts, out)
+        finally:
+            train.unpersist()
+            test.unpersist()
+        manifest.update(run_id=out.run_id, started_at=started, duration_s=round(time.time() - t_start, 3))
+        out.commit(manifest)
+    log.info("evaluate-utility finished in %.1f s", manifest["duration_s"])
+    return manifest
+
+
+def _evaluate(
+    spark: SparkSession,
+    config: EvaluateUtilityConfig,
+    train: DataFrame,
+    test: DataFrame,
+    values: list[Any],
+    class_counts: list[int],
+    out: ReportOutput,
+) -> dict[str, Any]:
+    n_classes = len(values)
+    metrics = utility.metric_names(n_classes)
+    model = Model(config.model, n_classes)
+    modes = utility.MODES if config.mode == "both" else (config.mode,)
+    n_train, n_test = train.count(), test.count()
+
+    t0 = time.perf_counter()
+    emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
+    preps: dict[tuple[float, float], Prepared] = {}
+    ships: dict[tuple[float, float], resources.Shipment] = {}
+    workdir = resources.scratch_dir() / f"utility-{out.run_id}"
+    try:
+        for lam in config.lambdas:
+            for e in config.epsilons:
+                preps[(e, lam)] = prepare(
+                    perturb_config(config, e, lam), embeddings=emb, workdir=workdir / f"{e}-{lam}"
+                )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    first = preps[(config.epsilons[0], config.lambdas[0])]
+    prep_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    base_bundle = resources.ship(spark, first.write_bundle).name
+    fitted_plain = model.fit(train, base_bundle)
+    results: list[dict[str, Any]] = [
+        {
+            "mode": utility.BASELINE,
+            "epsilon": None,
+            "lambda": None,
+            "repeat": 0,
+            **model.score(fitted_plain, test, base_bundle),
+        }
+    ]
+    baseline_s = time.perf_counter() - t0
+    log.info("evaluate-utility baseline: %s", {m: round(results[0][m], 4) for m in metrics})
+
+    master = new_job_key(config.seed)
+    point_s = []
+    for (e, lam), prep in preps.items():
+        t0 = time.perf_counter()
+        ships[(e, lam)] = shipment = resources.ship(spark, prep.write_bundle)
+        for r in range(config.repeats):
+            for mode in modes:
+                if mode == "train-time":
+                    noisy = perturbed(train, shipment.name, run_key(master, mode, e, lam, r))
+                    try:
+                        scores = model.score(model.fit(noisy, shipment.name), test, shipment.name)
+                    finally:
+                        noisy.unpersist()
+                else:
+                    noisy = perturbed(test, shipment.name, run_key(master, mode, e, lam, r))
+                    try:
+                        scores = model.score(fitted_plain, noisy, shipment.name)
+                    finally:
+                        noisy.unpersist()
+                results.append({"mode": mode, "epsilon": e, "lambda": lam, "repeat": r, **scores})
+        point_s.append(time.perf_counter() - t0)
+        log.info("evaluate-utility ε=%g λ=%g: %.1f s", e, lam, point_s[-1])
+    for s in ships.values():
+        s.close()
+
+    summary = utility.summarise(results, metrics)
+    table = pa.table(
+        {
+            "model": pa.array([config.model] * len(results), pa.string()),
+            "mode": pa.array([r["mode"] for r in results], pa.string()),
+            "mechanism": pa.array([None if r["epsilon"] is None else config.mechanism for r in results], pa.string()),
+            "epsilon": pa.array([r["epsilon"] for r in results], pa.float64()),
+            "lambda": pa.array([r["lambda"] for r in results], pa.float64()),
+            "repeat": pa.array([r["repeat"] for r in results], pa.int32()),
+            **{m: pa.array([r[m] for r in results], pa.float64()) for m in metrics},
+        }
+    )
+    local = out.local
+    pq.write_table(table, local / "results.parquet")
+    pq.write_table(pa.Table.from_pylist(summary), local / "summary.parquet")
+    positive = f"positive class {values[-1]!r} (the last label in sorted order)" if n_classes == 2 else None
+    notes = [
+        f"{config.model}; {n_train} train / {n_test} test rows (split seed {config.split_seed}); mechanism "
+        f"{config.mechanism}, vocabulary {len(first.vocab_rows)} words; R = {config.repeats} perturbations per (ε, λ).",
+    ]
+    if positive:
+        notes.append(f"Precision, recall, F1 and AUC of the {positive}.")
+    md = utility.summary_md(summary, metrics, "Utility of perturbed text", notes)
+    (local / "summary.md").write_text(md, encoding="utf-8")
+    plots = utility.write_plots(summary, metrics, local, config.model)
+    grid_s = sum(point_s)
+    return {
+        "dpspark_version": dpspark.__version__,
+        "command": "evaluate-utility",
+        "status": "succeeded",
+        "privacy_note": PRIVACY_NOTE,
+        "input": config.input,
+        "text_column": config.text_column,
+        "label_column": config.label_column,
+        "classes": [{"label": v, "rows": c} for v, c in zip(values, class_counts)],
+        "positive_class": values[-1] if n_classes == 2 else None,
+        "rows": {"train": n_train, "test": n_test},
+        "split": {"method": "DataFrame.randomSplit", "test_fraction": config.test_fraction, "seed": config.split_seed},
+        "model": config.model,
+        "model_params": model.params(),
+        "modes": list(modes),
+        "metrics": list(metrics),
+        "mechanism": config.mechanism,
+        "epsilons": config.epsilons,
+        "lambdas": config.lambdas,
+        "repeats": config.repeats,
+        "euclidean_epsilon_factor": {
+            lam: preps[(config.epsilons[0], lam)].geometry.euclidean_epsilon(1.0) for lam in config.lambdas
+        },
+        "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
+        "dimension": emb.dim,
+        "vocabulary": {"size": int(len(first.vocab_rows)), "source": config.vocab_file or f"first {config.vocab_size}"},
+        "nearest_neighbour": {
+            "method": config.nn,
+            "recall_at_1": {f"{e:g},{lam:g}": p.recall for (e, lam), p in preps.items()},
+        },
+        "oov_policy": "unk",
+        "noise": "seeded (--seed): reproducible, tests and experiments only"
+        if config.seed is not None
+        else "operating system entropy",
+        "seeded": config.seed is not None,
+        "files": ["results.parquet", "summary.parquet", "summary.md", *plots],
+        "summary": summary,
+        "timings": {
+            "preparation_s": round(prep_s, 3),
+            "baseline_s": round(baseline_s, 3),
+            "grid_s": round(grid_s, 3),
+            "grid_points": len(point_s),
+            "per_grid_point_s": round(grid_s / max(len(point_s), 1), 3),
+        },
+    }
+
+
+def evaluate_utility(
+    output: str,
+    text_column: str,
+    label_column: str,
+    input: str | None = None,  # noqa: A002
+    df: DataFrame | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Python API of ``dpspark evaluate-utility`` over a Parquet path (``input``) or a DataFrame (``df``).
+
+    Settings are EvaluateUtilityConfig fields (epsilons, lambdas, mechanism, mode, repeats,
+    model, test_fraction, vocab_size, seed, overwrite, ...). Returns the manifest, whose
+    ``summary`` holds the mean and 95% CI of every metric per (mode, ε, λ).
+    """
+    config = EvaluateUtilityConfig.parse(
+        {"output": output, "text_column": text_column, "label_column": label_column, "input": input, **settings}
+    )
+    return run_evaluate_utility(config, df=df)

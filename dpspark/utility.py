@@ -1,0 +1,238 @@
+"""Downstream utility of perturbed text: metrics, confidence intervals, tables and plots.
+
+Pure numpy (and matplotlib for the plots); the Spark job is ``dpspark.spark.utility``.
+
+Xu et al. (2020) §5.2 train text classifiers on perturbed SMSSpam/Twitter data and plot
+accuracy, precision and recall against ε per λ (Figs. 6–7); Feyisetan et al. (2020) §5
+separate **train-time** utility (train on perturbed text, test on plain) from
+**test-time** utility (train on plain text, test on perturbed). Each (ε, λ) is run R
+times with independent noise; a metric is reported as its mean over the R runs with a
+95% Student-t interval (R − 1 degrees of freedom): the spread of the noise, the split
+being fixed. The non-private baseline (plain train, plain test) is one run: it has no
+noise to average over.
+
+Binary labels give accuracy, precision, recall, F1 and ROC AUC of the positive class
+(the last label in sorted order: 1, true, "spam"); more classes give accuracy and
+macro-F1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+BINARY_METRICS = ("accuracy", "precision", "recall", "f1", "auc")
+MULTICLASS_METRICS = ("accuracy", "macro_f1")
+MODES = ("train-time", "test-time")
+BASELINE = "baseline"
+
+# t_{0.975, df} for df = 1..30; beyond, the normal quantile is within 1.5%.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def metric_names(n_classes: int) -> tuple[str, ...]:
+    return BINARY_METRICS if n_classes == 2 else MULTICLASS_METRICS
+
+
+def t_quantile(df: int) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (two-sided 95%)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    return _T975[df - 1] if df <= len(_T975) else 1.959964
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the 95% t-interval of the mean; a single value has a zero-width interval."""
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) == 1:
+        return mean, mean, mean
+    half = t_quantile(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return mean, mean - half, mean + half
+
+
+def auc(y: np.ndarray, score: np.ndarray) -> float:
+    """ROC AUC of binary labels ``y`` (1 positive) against ``score``: the Mann–Whitney
+    statistic with tied scores counted one half (NaN when a class is absent)."""
+    y = np.asarray(y).astype(bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    order = np.argsort(score, kind="mergesort")
+    s = np.asarray(score, dtype=np.float64)[order]
+    ranks = np.empty(len(s))
+    # average ranks over ties
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[i]:
+            j += 1
+        ranks[i : j + 1] = (i + j) / 2 + 1
+        i = j + 1
+    r = np.empty(len(s))
+    r[order] = ranks
+    return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _prf(tp: float, fp: float, fn: float) -> tuple[float, float, float]:
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def classification_metrics(
+    y: np.ndarray, prediction: np.ndarray, score: np.ndarray | None, n_classes: int
+) -> dict[str, float]:
+    """Metrics of class indices ``prediction`` against ``y`` (0..n_classes−1).
+
+    Binary: accuracy, precision, recall, F1 of class 1 and AUC of ``score`` (the
+    probability of class 1). More classes: accuracy and macro-F1 (the mean F1 over
+    classes). Precision of a class never predicted is 0 (as scikit-learn's default).
+    """
+    y = np.asarray(y, dtype=np.int64)
+    p = np.asarray(prediction, dtype=np.int64)
+    if len(y) == 0:
+        raise ValueError("no rows to score")
+    out = {"accuracy": float((y == p).mean())}
+    if n_classes == 2:
+        tp = float(((p == 1) & (y == 1)).sum())
+        fp = float(((p == 1) & (y == 0)).sum())
+        fn = float(((p == 0) & (y == 1)).sum())
+        out["precision"], out["recall"], out["f1"] = _prf(tp, fp, fn)
+        out["auc"] = auc(y, score) if score is not None else math.nan
+    else:
+        f1s = []
+        for k in range(n_classes):
+            tp = float(((p == k) & (y == k)).sum())
+            f1s.append(_prf(tp, float(((p == k) & (y != k)).sum()), float(((p != k) & (y == k)).sum()))[2])
+        out["macro_f1"] = float(np.mean(f1s))
+    return out
+
+
+def summarise(rows: list[dict], metrics: Sequence[str]) -> list[dict]:
+    """One row per (mode, ε, λ): for each metric its mean, 95% CI (low, high) over the repeats.
+
+    ``rows``: the results, one per (mode, ε, λ, repeat), with the metric values; the
+    baseline row has mode ``baseline`` and ε = λ = None.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["epsilon"], r["lambda"]), []).append(r)
+    out = []
+    for (mode, e, lam), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)):
+        s: dict = {"mode": mode, "epsilon": e, "lambda": lam, "repeats": len(rs)}
+        for m in metrics:
+            s[f"{m}_mean"], s[f"{m}_low"], s[f"{m}_high"] = mean_ci([r[m] for r in rs])
+        out.append(s)
+    return out
+
+
+def baseline_of(summary: list[dict]) -> dict:
+    (base,) = [s for s in summary if s["mode"] == BASELINE]
+    return base
+
+
+def summary_md(summary: list[dict], metrics: Sequence[str], title: str, notes: Sequence[str] = ()) -> str:
+    """Tables as in Xu et al.'s figures: rows λ, columns ε, a cell "mean (low–high)", per mode and metric."""
+    base = baseline_of(summary)
+    lines = [f"# {title}", ""]
+    lines.append(
+        "Non-private baseline (plain train, plain test): "
+        + ", ".join(f"{m} {base[f'{m}_mean']:.4f}" for m in metrics)
+        + "."
+    )
+    lines += ["", *notes, ""] if notes else [""]
+    for mode in MODES:
+        rows = [s for s in summary if s["mode"] == mode]
+        if not rows:
+            continue
+        eps = sorted({s["epsilon"] for s in rows})
+        lams = sorted({s["lambda"] for s in rows})
+        by = {(s["epsilon"], s["lambda"]): s for s in rows}
+        what = "train on perturbed, test on plain" if mode == "train-time" else "train on plain, test on perturbed"
+        for m in metrics:
+            lines += [
+                f"## {mode} {m} ({what}): mean over R = {rows[0]['repeats']} (95% CI); "
+                f"baseline {base[f'{m}_mean']:.4f}",
+                "",
+                "| λ \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
+                "|---|" + "---|" * len(eps),
+            ]
+            for lam in lams:
+                cells = []
+                for e in eps:
+                    s = by.get((e, lam))
+                    cells.append(
+                        "–" if s is None else f"{s[f'{m}_mean']:.4f} ({s[f'{m}_low']:.4f}–{s[f'{m}_high']:.4f})"
+                    )
+                lines.append(f"| {lam:g} | " + " | ".join(cells) + " |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def _figure(rows: int, cols: int, figsize: tuple[float, float]):  # noqa: ANN202
+    # The object-oriented API with the Agg canvas: no global backend switch, no pyplot state.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(rows, cols, squeeze=False)
+
+
+def write_plots(summary: list[dict], metrics: Sequence[str], out_dir: Path, model: str) -> list[str]:
+    """``utility_<mode>.png`` per mode: each metric against ε, one line per λ with its 95% CI band,
+    the baseline as a dashed line (Xu et al. Figs. 6–7)."""
+    base = baseline_of(summary)
+    files = []
+    for mode in MODES:
+        rows = [s for s in summary if s["mode"] == mode]
+        if not rows:
+            continue
+        lams = sorted({s["lambda"] for s in rows})
+        fig, axes = _figure(1, len(metrics), (3.6 * len(metrics), 3.4))
+        for ax, m in zip(axes[0], metrics):
+            for lam in lams:
+                pts = sorted((s for s in rows if s["lambda"] == lam), key=lambda s: s["epsilon"])
+                e = [s["epsilon"] for s in pts]
+                line = ax.plot(e, [s[f"{m}_mean"] for s in pts], marker="o", label=f"λ={lam:g}")[0]
+                # Every metric lives in [0, 1]: the band is clipped there (the table keeps the t-interval).
+                low = np.clip([s[f"{m}_low"] for s in pts], 0, 1)
+                high = np.clip([s[f"{m}_high"] for s in pts], 0, 1)
+                ax.fill_between(e, low, high, color=line.get_color(), alpha=0.2)
+            ax.axhline(base[f"{m}_mean"], color="black", linestyle="--", linewidth=1, label="baseline")
+            eps = sorted({s["epsilon"] for s in rows})
+            ax.set_xscale("log")
+            ax.set_xticks(eps, [f"{x:g}" for x in eps])
+            ax.minorticks_off()
+            ax.set_xlabel("ε")
+            ax.set_title(m)
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle(f"{model}, {mode}")
+        fig.tight_layout()
+        name = f"utility_{mode.replace('-', '_')}.png"
+        fig.savefig(out_dir / name, dpi=110)
+        files.append(name)
+    return files
+
+
+def utility_loss(summary: list[dict], metric: str, modes: Sequence[str] = MODES) -> dict[tuple[float, float], float]:
+    """(ε, λ) → baseline minus mean ``metric``, the larger over ``modes`` present (the bound's quantity)."""
+    base = baseline_of(summary)[f"{metric}_mean"]
+    out: dict[tuple[float, float], float] = {}
+    for s in summary:
+        if s["mode"] in modes:
+            key = (s["epsilon"], s["lambda"])
+            out[key] = max(out.get(key, -math.inf), base - s[f"{metric}_mean"])
+    return out
