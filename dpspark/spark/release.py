@@ -218,8 +218,12 @@ def _write(
 ) -> dict[str, int]:
     """Transform and write into ``stage`` in one pass; return the observed (public) counts."""
     out, aggregates = job.transform(df, run_id)
-    observation = Observation(f"dpspark_{run_id}")
-    observed = out.observe(observation, F.count(F.lit(1)).alias("rows"), *aggregates)
+    columns = [F.count(F.lit(1)).alias("rows"), *aggregates]
+    # pyspark < 4 has no Observation on Spark Connect: there the output is persisted and the
+    # counts are a second action over it (a recomputed partition redraws the same noise: the
+    # noise is keyed by job key, partition and batch).
+    observation = Observation(f"dpspark_{run_id}") if _observable(spark) else None
+    observed = out.observe(observation, *columns) if observation else out.persist()
     hidden = [n for n in count_columns(run_id) if n in observed.columns]
     final = observed.drop(*hidden) if hidden else observed
     writer = final.write.mode("error")
@@ -228,6 +232,7 @@ def _write(
     try:
         with io.SqlConf(spark, splits):
             writer.parquet(stage)
+            counts = observation.get if observation else observed.agg(*columns).first().asDict()
     except DPSparkError:
         raise
     except Exception as exc:
@@ -235,7 +240,16 @@ def _write(
         if described is not None:
             raise described from None
         raise
-    return {k: int(v or 0) for k, v in observation.get.items()}
+    finally:
+        if observation is None:
+            observed.unpersist()
+    return {k: int(v or 0) for k, v in counts.items()}
+
+
+def _observable(spark: SparkSession) -> bool:
+    import pyspark
+
+    return not is_connect(spark) or int(pyspark.__version__.split(".")[0]) >= 4
 
 
 def _commit(
