@@ -26,7 +26,7 @@ test-fast: $(STAMP)
 
 # The suite under each Databricks LTS runtime's pinned libraries (runtimes/dbr-*.txt), from
 # pyenv's Python 3.10, 3.11 and 3.12; prints a table and fails when any runtime fails.
-test-runtimes:
+test-runtimes: $(STAMP)
 	runtimes/run.sh
 
 bench: $(STAMP)

@@ -32,7 +32,9 @@ def free_port() -> int:
 def connect_url(tmp_path_factory):
     import pyspark
 
-    home = Path(pyspark.__file__).parent
+    # pyspark 3.5's wheel has no Connect server (its jar comes from Maven, out of reach here):
+    # the runtime matrix then serves this client from a newer pyspark's server.
+    home = Path(os.environ.get("DPSPARK_CONNECT_SPARK_HOME") or Path(pyspark.__file__).parent)
     port = free_port()
     logs = tmp_path_factory.mktemp("connect")
     env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
