@@ -7,9 +7,9 @@ files, the notebooks and the Python API accept exactly the same settings.
 Exit codes: 0 success; 1 unexpected failure; 2 invalid configuration (an output that
 overlaps the input included); 3 bad input data; 4 unusable embeddings; 5 output
 refused (exists with --mode error, is not an earlier dpspark release, or cannot be
-written); 6 calibrate: no ε of the grid meets the bounds; 7 the records were already
-released (pass --allow-rerelease to spend privacy again on purpose); 8 the output's
-release ledger is damaged.
+written); 6 calibrate: no ε (with utility / risk bounds: no (ε, λ)) of the grid meets
+the bounds; 7 the records were already released (pass --allow-rerelease to spend
+privacy again on purpose); 8 the output's release ledger is damaged.
 """
 
 from __future__ import annotations
@@ -147,37 +147,115 @@ def _cmd_calibrate(c: Any) -> int:
     from dpspark.errors import InputDataError
     from dpspark.stats import Bounds, calibrate
 
-    bounds = Bounds(
-        max_nw_fraction=c.max_nw_fraction if c.max_nw_fraction is not None or c.min_sw is not None else 0.5,
-        min_sw=c.min_sw,
-        percentile=c.percentile,
-    )
-    stats_dir = c.stats
-    if stats_dir is None:
+    bounds = None
+    if c.nw_sw_bounds or not c.joint:  # Nw/Sw alone keeps its default bound (max Nw <= 0.5·K)
+        bounds = Bounds(
+            max_nw_fraction=c.max_nw_fraction if c.max_nw_fraction is not None or c.min_sw is not None else 0.5,
+            min_sw=c.min_sw,
+            percentile=c.percentile,
+        )
+    stats_dir, computed = c.stats, False
+    if bounds is not None and stats_dir is None:
         from dpspark.config import StatsConfig
         from dpspark.spark.stats import run_privacy_stats
 
         fields = set(StatsConfig.model_fields)
         run_privacy_stats(StatsConfig.parse({k: v for k, v in c.model_dump().items() if k in fields}))
-        stats_dir = c.output
-    per_word = Path(stats_dir) / "per_word.parquet"
-    if not per_word.is_file():
-        raise InputDataError(f"{per_word} not found: --stats must be a privacy-stats output directory")
-    result = calibrate(report.grid(pq.read_table(per_word)), bounds)
-    text = f"{'worst case' if bounds.percentile == 100 else f'{bounds.percentile:g}th percentile'}: " + ", ".join(
-        t
-        for t in (
-            None if bounds.max_nw_fraction is None else f"Nw <= {bounds.max_nw_fraction:g}·K",
-            None if bounds.min_sw is None else f"Sw >= {bounds.min_sw:g}",
+        stats_dir, computed = c.output, True
+    result, text = None, ""
+    if bounds is not None:
+        per_word = Path(stats_dir) / "per_word.parquet"
+        if not per_word.is_file():
+            raise InputDataError(f"{per_word} not found: --stats must be a privacy-stats output directory")
+        result = calibrate(report.grid(pq.read_table(per_word)), bounds)
+        text = f"{'worst case' if bounds.percentile == 100 else f'{bounds.percentile:g}th percentile'}: " + ", ".join(
+            t
+            for t in (
+                None if bounds.max_nw_fraction is None else f"Nw <= {bounds.max_nw_fraction:g}·K",
+                None if bounds.min_sw is None else f"Sw >= {bounds.min_sw:g}",
+            )
+            if t
         )
-        if t
-    )
+    if c.joint:
+        return _joint_calibrate(c, result, text, stats_dir if computed else None)
     md = report.calibration_md(result, text)
     (Path(stats_dir) / "calibration.md").write_text(md, encoding="utf-8")
     (Path(stats_dir) / "calibration.json").write_text(json.dumps({"bounds": text, **result}, indent=2))
     _print(md, c.quiet)
     if result["best"] is None:
         print("dpspark calibrate: no ε in range meets these bounds for any λ", file=sys.stderr)
+        return NO_EPSILON_MEETS_BOUNDS
+    return 0
+
+
+def _joint_calibrate(c: Any, nw_result: dict | None, nw_text: str, own_dir: str | None) -> int:
+    """Utility / re-identification bounds (with the Nw/Sw ones when given): Xu et al. §6."""
+    import pyarrow.parquet as pq
+
+    from dpspark import report, utility
+    from dpspark.errors import ConfigError, InputDataError
+    from dpspark.outputs import to_json, writing_into
+    from dpspark.stats import joint_calibrate
+
+    points: dict[tuple[float, float], dict] = {}
+    sources = []
+    if c.utility:
+        summary_file = Path(c.utility) / "summary.parquet"
+        if not summary_file.is_file():
+            raise InputDataError(f"{summary_file} not found: --utility must be an evaluate-utility output directory")
+        summary = pq.read_table(summary_file).to_pylist()
+        if f"{c.utility_metric}_mean" not in summary[0]:
+            names = sorted(k.removesuffix("_mean") for k in summary[0] if k.endswith("_mean"))
+            raise ConfigError(f"utility_metric {c.utility_metric!r} is not in {c.utility}; one of {', '.join(names)}")
+        for key, loss in utility.utility_loss(summary, c.utility_metric).items():
+            points.setdefault(key, {})["utility_loss"] = loss
+        sources.append("utility")
+    if c.risk:
+        risk_file = Path(c.risk) / "risk.parquet"
+        if not risk_file.is_file():
+            raise InputDataError(f"{risk_file} not found: --risk must be a privacy-risk output directory")
+        for r in pq.read_table(risk_file).to_pylist():
+            points.setdefault((r["epsilon"], r["lambda"]), {})["reidentification"] = r["top1"]
+        sources.append("risk")
+    if nw_result is not None:
+        for row in nw_result["per_lambda"]:
+            for chk in row["checked"]:
+                points.setdefault((chk["epsilon"], row["lambda"]), {})["nw_sw_met"] = chk["met"]
+        sources.append("stats")
+    # Only the (ε, λ) that every source measured can be judged.
+    need = {"utility": "utility_loss", "risk": "reidentification", "stats": "nw_sw_met"}
+    points = {k: p for k, p in points.items() if all(need[s] in p for s in sources)}
+    if not points:
+        raise InputDataError(
+            f"the {', '.join(sources)} outputs share no (ε, λ): run them over the same grid (--epsilons, --lambdas)"
+        )
+    result = joint_calibrate(points, c.max_utility_loss, c.max_reidentification)
+    parts = [nw_text] if nw_text else []
+    if c.max_utility_loss is not None:
+        parts.append(f"{c.utility_metric} loss <= {c.max_utility_loss:g} (worse of train-time and test-time)")
+    if c.max_reidentification is not None:
+        parts.append(f"top-1 re-identification <= {c.max_reidentification:g}")
+    text = "; ".join(parts)
+    md = report.frontier_md(result, text)
+    if own_dir is None and not c.output:
+        raise ConfigError("output: give the directory for the calibration (--output DIR)")
+
+    def write(out: Path, written: list[Path]) -> None:
+        for name, data in (("calibration.md", md), ("calibration.json", to_json({"bounds": text, **result}))):
+            written.append(out / name)
+            (out / name).write_text(data, encoding="utf-8")
+        written += [out / "frontier.csv", out / "frontier.png"]
+        report.write_frontier_csv(result, out)
+        report.write_frontier_plot(result, out, c.max_utility_loss, c.max_reidentification)
+
+    if own_dir is not None:  # the privacy-stats output this run just wrote
+        write(Path(own_dir), [])
+    else:
+        with writing_into(c.output, c.mode == "overwrite", "calibration") as written:
+            write(Path(c.output), written)
+    _print(md, c.quiet)
+    if result["best"] is None:
+        print("dpspark calibrate: no (ε, λ) of the grid meets these bounds", file=sys.stderr)
         return NO_EPSILON_MEETS_BOUNDS
     return 0
 

@@ -140,3 +140,75 @@ def calibration_md(result: dict, bounds_text: str) -> str:
             "(on a tie, the larger λ: elliptical noise gives lower Nw at equal ε, Xu et al. Tables 1–4)."
         )
     return "\n".join(lines) + "\n"
+
+
+def frontier_md(result: dict, bounds_text: str) -> str:
+    """The privacy–utility frontier as a table (one row per (ε, λ)) and the choice."""
+    pct = lambda x: "–" if x is None else f"{100 * x:.2f}"  # noqa: E731
+    flag = lambda x: "–" if x is None else ("yes" if x else "no")  # noqa: E731
+    lines = ["# Joint calibration: privacy–utility frontier", "", f"Bounds: {bounds_text}.", ""]
+    lines += [
+        "| ε | λ | utility loss (percentage points) | re-identification top-1 (%) | Nw/Sw bounds met | meets all "
+        "| frontier |"
+    ]
+    lines += ["|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['epsilon']:g} | {r['lambda']:g} | {pct(r['utility_loss'])} | {pct(r['reidentification'])} | "
+            f"{flag(r['nw_sw_met'])} | {flag(r['met'])} | {'*' if r['frontier'] else ''} |"
+        )
+    lines.append("")
+    best = result["best"]
+    if best is None:
+        lines.append("**No (ε, λ) of the grid meets these bounds.** Loosen a bound or add larger ε values.")
+    else:
+        lines.append(
+            f"**Choice: ε = {best['epsilon']:g}, λ = {best['lambda']:g}**: the most private setting meeting every "
+            "bound (the smallest ε; at equal ε the lower re-identification, else the larger λ; Xu et al. §6)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_frontier_plot(result: dict, out_dir: Path, max_utility_loss: float | None, max_reid: float | None) -> str:
+    """``frontier.png``: utility loss against re-identification (or ε), one marker series per λ,
+    the bounds dashed, the frontier joined, the choice starred."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = result["rows"]
+    use_risk = all(r["reidentification"] is not None for r in rows)
+    x_of = (lambda r: r["reidentification"]) if use_risk else (lambda r: r["epsilon"])
+    y_of = lambda r: r["utility_loss"] if r["utility_loss"] is not None else 0.0  # noqa: E731
+    fig = Figure(figsize=(6, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for lam in sorted({r["lambda"] for r in rows}):
+        pts = [r for r in rows if r["lambda"] == lam]
+        ax.scatter([x_of(r) for r in pts], [y_of(r) for r in pts], label=f"λ={lam:g}", alpha=0.8)
+        for r in pts:
+            ax.annotate(f"{r['epsilon']:g}", (x_of(r), y_of(r)), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    front = sorted((r for r in rows if r["frontier"]), key=x_of)
+    ax.plot([x_of(r) for r in front], [y_of(r) for r in front], color="black", linewidth=1, label="frontier")
+    if max_utility_loss is not None:
+        ax.axhline(max_utility_loss, color="grey", linestyle="--", linewidth=1, label="utility bound")
+    if max_reid is not None and use_risk:
+        ax.axvline(max_reid, color="grey", linestyle=":", linewidth=1, label="re-identification bound")
+    best = result["best"]
+    if best is not None:
+        (b,) = [r for r in rows if (r["epsilon"], r["lambda"]) == (best["epsilon"], best["lambda"])]
+        ax.scatter([x_of(b)], [y_of(b)], marker="*", s=200, color="gold", edgecolor="black", label="choice", zorder=5)
+    ax.set_xlabel("re-identification, top-1 share of tokens" if use_risk else "ε")
+    ax.set_ylabel("utility loss (baseline − mean)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "frontier.png", dpi=110)
+    return "frontier.png"
+
+
+def write_frontier_csv(result: dict, out_dir: Path) -> str:
+    with open(out_dir / "frontier.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(result["rows"][0]))
+        writer.writeheader()
+        writer.writerows(result["rows"])
+    return "frontier.csv"

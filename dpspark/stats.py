@@ -214,3 +214,65 @@ def calibrate(table: dict[tuple[float, float], tuple[np.ndarray, np.ndarray, int
         "per_lambda": rows,
         "best": None if best is None else {"lambda": best["lambda"], "epsilon": best["epsilon"]},
     }
+
+
+def joint_calibrate(
+    points: dict[tuple[float, float], dict[str, float | bool | None]],
+    max_utility_loss: float | None,
+    max_reidentification: float | None,
+) -> dict:
+    """The most private (ε, λ) meeting every bound: Xu et al. (2020) §6, privacy maximised
+    under a utility constraint, here with the re-identification and Nw/Sw bounds beside it.
+
+    Args:
+        points: (ε, λ) → ``utility_loss`` (baseline minus mean utility, None: not measured),
+            ``reidentification`` (top-1 share of corpus tokens recovered, None: not measured),
+            ``nw_sw_met`` (the Nw/Sw bounds, None: no such bounds).
+        max_utility_loss, max_reidentification: the bounds (None: not bounded).
+
+    "Most private" is the smallest ε; between λ at that ε, the lower re-identification
+    share where it was measured, else the larger λ (elliptical noise gives lower Nw at
+    equal ε, Xu et al. Tables 1–4). The frontier marks the points that no other point beats
+    on both utility loss and re-identification (on utility loss and ε when risk is absent).
+
+    Returns {"rows": one per point with ``met`` and ``frontier``, "best": (ε, λ) dict or None}.
+    """
+    if max_utility_loss is None and max_reidentification is None:
+        raise ConfigError("give at least one joint bound: --max-utility-loss and/or --max-reidentification")
+    rows = []
+    for (e, lam), p in sorted(points.items()):
+        loss, reid, nw_ok = p.get("utility_loss"), p.get("reidentification"), p.get("nw_sw_met")
+        met = nw_ok is not False
+        if max_utility_loss is not None:
+            met = met and loss is not None and loss <= max_utility_loss
+        if max_reidentification is not None:
+            met = met and reid is not None and reid <= max_reidentification
+        rows.append(
+            {
+                "epsilon": e,
+                "lambda": lam,
+                "utility_loss": loss,
+                "reidentification": reid,
+                "nw_sw_met": nw_ok,
+                "met": met,
+            }
+        )
+
+    def privacy_cost(r: dict) -> float:
+        return r["reidentification"] if r["reidentification"] is not None else r["epsilon"]
+
+    for r in rows:
+        loss = r["utility_loss"] if r["utility_loss"] is not None else 0.0
+        r["frontier"] = not any(
+            (o["utility_loss"] or 0.0) <= loss
+            and privacy_cost(o) <= privacy_cost(r)
+            and ((o["utility_loss"] or 0.0) < loss or privacy_cost(o) < privacy_cost(r))
+            for o in rows
+        )
+    ok = [r for r in rows if r["met"]]
+    best = min(
+        ok,
+        key=lambda r: (r["epsilon"], r["reidentification"] if r["reidentification"] is not None else 0.0, -r["lambda"]),
+        default=None,
+    )
+    return {"rows": rows, "best": None if best is None else {"epsilon": best["epsilon"], "lambda": best["lambda"]}}
