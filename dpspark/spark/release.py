@@ -219,7 +219,7 @@ def _write(
     """Transform and write into ``stage`` in one pass; return the observed (public) counts."""
     out, aggregates = job.transform(df, run_id)
     columns = [F.count(F.lit(1)).alias("rows"), *aggregates]
-    # pyspark < 4 has no Observation on Spark Connect: there the output is persisted and the
+    # pyspark < 4.1 on Spark Connect has no Observation of a write: there the output is persisted and the
     # counts are a second action over it (a recomputed partition redraws the same noise: the
     # noise is keyed by job key, partition and batch).
     observation = Observation(f"dpspark_{run_id}") if _observable(spark) else None
@@ -232,7 +232,9 @@ def _write(
     try:
         with io.SqlConf(spark, splits):
             writer.parquet(stage)
-            counts = observation.get if observation else observed.agg(*columns).first().asDict()
+            counts = observation.get if observation else {}
+            if "rows" not in counts:  # this client reported no metrics (pyspark < 4.1 on Connect)
+                counts = observed.agg(*columns).first().asDict()
     except DPSparkError:
         raise
     except Exception as exc:
@@ -249,7 +251,7 @@ def _write(
 def _observable(spark: SparkSession) -> bool:
     import pyspark
 
-    return not is_connect(spark) or int(pyspark.__version__.split(".")[0]) >= 4
+    return not is_connect(spark) or tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1)
 
 
 def _commit(
