@@ -15,7 +15,7 @@ setup(
     install_requires=[
         "numpy>=1.23.5",
         "pyarrow>=8",
-        "pydantic>=2.5",
+        "pydantic>=1.10,<3",
         "pyyaml>=5.4",
         "matplotlib>=3.5",
         # Data only (a .npy and a .parquet). It declares Python >= 3.11; on 3.10 install it with

@@ -65,8 +65,9 @@ def _scalar_type(annotation: Any) -> Any:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType) and len(args) == 1:
         return _scalar_type(args[0])
-    if annotation in (int, float, bool):
-        return annotation
+    for kind in (bool, int, float):  # bool first: it is an int; constrained ints/floats are subclasses
+        if isinstance(annotation, type) and issubclass(annotation, kind):
+            return kind
     return str
 
 
@@ -76,14 +77,14 @@ def flag_name(field: str, alias: str | None) -> str:
 
 def add_model_arguments(parser: argparse.ArgumentParser, model: Any) -> None:
     """One flag per field of ``model`` (``--vocab-size`` for vocab_size, ``--lambda`` for lam)."""
-    for name, field in model.model_fields.items():
-        kind = _scalar_type(field.annotation)
-        dest = field.alias or name
-        flag = flag_name(name, field.alias)
+    for name, (alias, annotation, description) in model.fields().items():
+        kind = _scalar_type(annotation)
+        dest = alias or name
+        flag = flag_name(name, alias)
         if kind is bool:
-            parser.add_argument(flag, dest=dest, type=_bool, nargs="?", const=True, help=field.description)
+            parser.add_argument(flag, dest=dest, type=_bool, nargs="?", const=True, help=description)
         else:
-            parser.add_argument(flag, dest=dest, type=kind, help=field.description)
+            parser.add_argument(flag, dest=dest, type=kind, help=description)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,8 +160,8 @@ def _cmd_calibrate(c: Any) -> int:
         from dpspark.config import StatsConfig
         from dpspark.spark.stats import run_privacy_stats
 
-        fields = set(StatsConfig.model_fields)
-        run_privacy_stats(StatsConfig.parse({k: v for k, v in c.model_dump().items() if k in fields}))
+        fields = set(StatsConfig.fields())
+        run_privacy_stats(StatsConfig.parse({k: v for k, v in c.dict().items() if k in fields}))
         stats_dir, computed = c.output, True
     result, text = None, ""
     if bounds is not None:

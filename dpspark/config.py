@@ -15,7 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+try:  # pydantic 2 (and 1.10.17+) keep the 1.x API under pydantic.v1: one model code for both majors
+    from pydantic.v1 import BaseModel, Field, ValidationError, root_validator, validator
+except ImportError:  # pydantic 1.10 before 1.10.17 (Databricks Runtime 14.3 / 15.4 ship 1.10.6)
+    from pydantic import BaseModel, Field, ValidationError, root_validator, validator  # type: ignore[no-redef]
 
 from dpspark import params
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS
@@ -40,19 +44,55 @@ def _sorted_unique(values: list[float], check: Any, example: str) -> list[float]
     return sorted({check(v) for v in values})
 
 
+def before(*fields: str) -> Any:
+    """A field check that runs on the raw value (before type conversion)."""
+    return validator(*fields, pre=True, allow_reuse=True)
+
+
+def after(*fields: str) -> Any:
+    """A field check that runs on the converted value."""
+    return validator(*fields, allow_reuse=True)
+
+
+def whole(check: Any) -> Any:
+    """A check of the whole model: ``check(model)`` raises ValueError on a bad combination.
+
+    It sees a model built from the already validated fields (properties work), and runs only
+    when every field passed.
+    """
+
+    def run(cls: Any, values: dict[str, Any]) -> dict[str, Any]:
+        check(cls.construct(**values))
+        return values
+
+    run.__qualname__ = f"whole.{check.__qualname__}"
+    return root_validator(skip_on_failure=True, allow_reuse=True)(run)
+
+
 class Settings(BaseModel):
     """Base of every command's settings: frozen, unknown keys refused, ``lambda`` spelled either way."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    class Config:
+        extra = "forbid"
+        allow_population_by_field_name = True
+        frozen = True
 
     @classmethod
     def parse(cls, values: dict[str, Any]) -> Any:
         """Build from a plain dict (YAML + flags + keywords); validation errors become ConfigError."""
         values = {str(k).replace("-", "_"): v for k, v in values.items()}
         try:
-            return cls.model_validate(values)
+            return cls.parse_obj(values)
         except ValidationError as exc:
-            raise ConfigError(_describe(exc)) from None
+            raise ConfigError(_describe(exc, values)) from None
+
+    @classmethod
+    def fields(cls) -> dict[str, tuple[str | None, Any, str]]:
+        """name → (alias or None, annotation, description) of every setting (the CLI's flags)."""
+        return {
+            name: (f.alias if f.has_alias else None, f.outer_type_, f.field_info.description or "")
+            for name, f in cls.__fields__.items()
+        }
 
     @classmethod
     def from_sources(cls, config_file: str | None, flags: dict[str, Any]) -> Any:
@@ -72,8 +112,7 @@ class OutputSettings(Settings):
     seed: int | None = Field(default=None, description="fixed seed: tests and experiments only (warns)")
     quiet: bool = Field(default=False, description="print nothing but errors")
 
-    @field_validator("seed")
-    @classmethod
+    @after("seed")
     def _seed(cls, v: int | None) -> int | None:
         return params.check_seed(v)
 
@@ -100,6 +139,14 @@ class IndexSettings(Settings):
     annoy_trees: int = Field(default=50, ge=1, description="annoy: number of trees (50)")
     annoy_search_k: int = Field(default=-1, ge=-1, description="annoy: search_k (-1 = annoy's default)")
 
+    @after("nn")
+    def _nn(cls, v: str) -> str:
+        import importlib.util
+
+        if v == "annoy" and importlib.util.find_spec("annoy") is None:
+            raise ValueError("nn annoy needs the optional package annoy: pip install 'dpspark[annoy]'")
+        return v
+
 
 class ReleaseSettings(OutputSettings, SparkSettings):
     """What every release (perturb, release-vectors) shares: paths, ETL partition, ledger, Spark."""
@@ -120,8 +167,7 @@ class ReleaseSettings(OutputSettings, SparkSettings):
     )
     batch_rows: int = Field(default=10_000, ge=1, description="rows per Arrow batch (10000)")
 
-    @field_validator("partition")
-    @classmethod
+    @after("partition")
     def _partition(cls, v: str | None) -> str | None:
         if v is not None:
             from dpspark.ledger import parse_spec
@@ -154,18 +200,15 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
         default=False, description="also write the raw text as COL_original (the output is then NOT private)"
     )
 
-    @field_validator("epsilon", mode="before")
-    @classmethod
+    @before("epsilon")
     def _epsilon(cls, v: Any) -> float:
         return params.check_epsilon(v)
 
-    @field_validator("lam", mode="before")
-    @classmethod
+    @before("lam")
     def _lam(cls, v: Any) -> float | None:
         return None if v is None or v == "" else params.check_lambda(v)
 
-    @field_validator("columns", mode="before")
-    @classmethod
+    @before("columns")
     def _columns(cls, v: Any) -> Any:
         if isinstance(v, str):
             v = [c.strip() for c in v.split(",")]
@@ -173,8 +216,8 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
             raise ValueError("column names must be non-empty")
         return v
 
-    @model_validator(mode="after")
-    def _consistent(self) -> PerturbConfig:
+    @whole
+    def _consistent(self) -> None:
         if self.mechanism == "laplace" and self.lam not in (None, 0.0):
             raise ValueError(
                 f"the laplace mechanism is λ = 0; got lambda = {self.lam}: use --mechanism mahalanobis for λ > 0"
@@ -183,7 +226,6 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
             raise ValueError(f"columns are listed twice: {self.columns}")
         if self.vocab_file and self.vocab_from_corpus:
             raise ValueError("choose one of vocab_file and vocab_from_corpus")
-        return self
 
     @property
     def lambda_(self) -> float:
@@ -206,12 +248,11 @@ class VectorsConfig(ReleaseSettings):
     mechanism: Literal["privemb", "m1"] = Field(default="privemb", description="privemb (default) or m1")
     embeddings: str = Field(default=DEFAULT_EMBEDDINGS, description="for text columns: glove-6b-50d or a path")
 
-    _epsilon = field_validator("epsilon", mode="before")(classmethod(lambda cls, v: params.check_epsilon(v)))
-    _delta = field_validator("delta", mode="before")(classmethod(lambda cls, v: params.check_delta(v)))
-    _beta = field_validator("beta", mode="before")(classmethod(lambda cls, v: params.check_beta(v)))
+    _epsilon = before("epsilon")(lambda cls, v: params.check_epsilon(v))
+    _delta = before("delta")(lambda cls, v: params.check_delta(v))
+    _beta = before("beta")(lambda cls, v: params.check_beta(v))
 
-    @field_validator("column")
-    @classmethod
+    @after("column")
     def _column(cls, v: str) -> str:
         if not v:
             raise ValueError("name the column to release (--column COL)")
@@ -236,33 +277,29 @@ class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSetting
     words_per_task: int = Field(default=50, ge=1, description="words per work item (50)")
     runs_per_task: int | None = Field(default=None, ge=1, description="runs per work item (all K)")
 
-    _lists = field_validator("epsilons", "lambdas", mode="before")(classmethod(lambda cls, v: _comma_list(v)))
-    _columns = field_validator("columns", mode="before")(PerturbConfig._columns.__func__)
+    _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
+    _columns = before("columns")(PerturbConfig._columns.__func__)
 
-    @field_validator("epsilons")
-    @classmethod
+    @after("epsilons")
     def _epsilons(cls, v: list[float]) -> list[float]:
         return _sorted_unique(v, params.check_epsilon, "--epsilons 1,5,10,20,40")
 
-    @field_validator("lambdas")
-    @classmethod
+    @after("lambdas")
     def _lambdas(cls, v: list[float]) -> list[float]:
         return _sorted_unique(v, params.check_lambda, "--lambdas 0,1")
 
-    @field_validator("runs")
-    @classmethod
+    @after("runs")
     def _runs(cls, v: int) -> int:
         if v < 2:
             raise ValueError(f"K must be at least 2 to say anything about Nw and Sw, got {v}")
         return v
 
-    @model_validator(mode="after")
-    def _sources(self) -> StatsConfig:
+    @whole
+    def _sources(self) -> None:
         if self.word_list and self.corpus:
             raise ValueError("choose one of word_list and corpus")
         if self.corpus and not self.columns:
             raise ValueError("corpus needs --columns: the text columns to take words from")
-        return self
 
 
 class CalibrateConfig(StatsConfig):
@@ -282,13 +319,12 @@ class CalibrateConfig(StatsConfig):
         default=None, ge=0, le=1, description="bound: share of corpus tokens recovered top-1 <= this (e.g. 0.2)"
     )
 
-    @model_validator(mode="after")
-    def _joint_sources(self) -> CalibrateConfig:
+    @whole
+    def _joint_sources(self) -> None:
         if self.max_utility_loss is not None and not self.utility:
             raise ValueError("max_utility_loss needs --utility DIR (an evaluate-utility output)")
         if self.max_reidentification is not None and not self.risk:
             raise ValueError("max_reidentification needs --risk DIR (a privacy-risk output)")
-        return self
 
     @property
     def joint(self) -> bool:
@@ -316,25 +352,23 @@ class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, Index
         default="mahalanobis", description="mahalanobis (default: every λ of the grid) or laplace (λ = 0 only)"
     )
 
-    _lists = field_validator("epsilons", "lambdas", mode="before")(classmethod(lambda cls, v: _comma_list(v)))
-    _epsilons = field_validator("epsilons")(StatsConfig._epsilons.__func__)
-    _lambdas = field_validator("lambdas")(StatsConfig._lambdas.__func__)
+    _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
+    _epsilons = after("epsilons")(StatsConfig._epsilons.__func__)
+    _lambdas = after("lambdas")(StatsConfig._lambdas.__func__)
 
-    @field_validator("text_column")
-    @classmethod
+    @after("text_column")
     def _text_column(cls, v: str) -> str:
         if not v:
             raise ValueError("name the text column (--text-column COL)")
         return v
 
-    @model_validator(mode="after")
-    def _laplace_grid(self) -> CorpusGridSettings:
+    @whole
+    def _laplace_grid(self) -> None:
         if self.mechanism == "laplace" and self.lambdas != [0.0]:
             raise ValueError(
                 f"the laplace mechanism is λ = 0; got lambdas = {self.lambdas}: pass --lambdas 0, or use "
                 "--mechanism mahalanobis (whose λ = 0 is the Laplace mechanism)"
             )
-        return self
 
 
 class EvaluateUtilityConfig(CorpusGridSettings):
@@ -360,18 +394,16 @@ class EvaluateUtilityConfig(CorpusGridSettings):
         default=42, ge=0, description="seed of the train/test split (42; a fixed split, not noise randomness)"
     )
 
-    @field_validator("label_column")
-    @classmethod
+    @after("label_column")
     def _label_column(cls, v: str) -> str:
         if not v:
             raise ValueError("name the label column (--label-column COL)")
         return v
 
-    @model_validator(mode="after")
-    def _distinct_columns(self) -> EvaluateUtilityConfig:
+    @whole
+    def _distinct_columns(self) -> None:
         if self.label_column == self.text_column:
             raise ValueError(f"text_column and label_column are the same column ({self.text_column!r})")
-        return self
 
     @property
     def write_mode(self) -> str:
@@ -392,8 +424,7 @@ class RiskConfig(CorpusGridSettings):
     )
     words_per_task: int = Field(default=200, ge=1, description="words per work item (200)")
 
-    @field_validator("runs")
-    @classmethod
+    @after("runs")
     def _runs(cls, v: int) -> int:
         if v < 2 or v % 2:
             raise ValueError(f"K must be even and at least 2 (half fits the attack, half scores it), got {v}")
@@ -409,7 +440,7 @@ class EmbeddingReportConfig(OutputSettings, EmbeddingSettings):
         default=0, description="seed of the word sample (0): a statistic of public data, so fixed by default"
     )
 
-    _lam = field_validator("lam", mode="before")(classmethod(lambda cls, v: params.check_lambda(v)))
+    _lam = before("lam")(lambda cls, v: params.check_lambda(v))
 
 
 class EvaluateVectorsConfig(OutputSettings):
@@ -425,37 +456,35 @@ class EvaluateVectorsConfig(OutputSettings):
     skip_classifier: bool = Field(default=False, description="skip experiment 3 (the classifier)")
     seed: int | None = Field(default=0, description="seed of every generator of the experiment (0)")  # type: ignore[assignment]
 
-    _lists = field_validator("epsilons", "betas", "class_epsilons", mode="before")(
-        classmethod(lambda cls, v: _comma_list(v))
-    )
-    _delta = field_validator("delta", mode="before")(classmethod(lambda cls, v: params.check_delta(v)))
-    _class_beta = field_validator("class_beta", mode="before")(classmethod(lambda cls, v: params.check_beta(v)))
+    _lists = before("epsilons", "betas", "class_epsilons")(lambda cls, v: _comma_list(v))
+    _delta = before("delta")(lambda cls, v: params.check_delta(v))
+    _class_beta = before("class_beta")(lambda cls, v: params.check_beta(v))
 
-    @field_validator("epsilons", "class_epsilons")
-    @classmethod
+    @after("epsilons", "class_epsilons")
     def _epsilons(cls, v: list[float]) -> list[float]:
         return [params.check_epsilon(e) for e in v]
 
-    @field_validator("betas")
-    @classmethod
+    @after("betas")
     def _betas(cls, v: list[float]) -> list[float]:
         return sorted(params.check_beta(b) for b in v)
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, values: dict[str, Any]) -> str:
+    """pydantic's errors as one line: each field with what is wrong and the value given."""
     lines = []
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
+        loc = [str(p) for p in err["loc"] if p != "__root__"]
+        field = ".".join(loc) or "config"
+        kind, msg = err["type"], err["msg"]
+        if kind == "value_error.missing":
             msg = "is required" + (
                 " (choose the privacy level explicitly, e.g. --epsilon 10)" if field == "epsilon" else ""
             )
-        elif err["type"] == "extra_forbidden":
+        elif kind == "value_error.extra":
             msg = "is not a known setting"
-        value = err.get("input")
-        quiet = err["type"] in ("missing", "extra_forbidden") or isinstance(value, dict) or "got " in msg
-        shown = "" if quiet else f" (got {value!r})"
+        given = bool(loc) and loc[0] in values and kind not in ("value_error.missing", "value_error.extra")
+        value = values.get(loc[0]) if given else None
+        shown = f" (got {value!r})" if given and "got " not in msg and not isinstance(value, dict) else ""
         lines.append(f"{field}: {msg}{shown}")
     return "invalid configuration: " + "; ".join(lines)
 

@@ -473,7 +473,7 @@ def test_flags_are_derived_from_the_models():
     subparsers = next(a for a in parser._actions if a.dest == "command").choices
     for command, (model, _) in COMMANDS.items():
         dests = {a.dest for a in subparsers[command]._actions} - {"help", "config"}
-        fields = {f.alias or n for n, f in getattr(config, model).model_fields.items()}
+        fields = {alias or n for n, (alias, _, _) in getattr(config, model).fields().items()}
         assert dests == fields, command
     assert np.isfinite(PerturbConfig.parse({"epsilon": "10"}).epsilon)
 
