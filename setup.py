@@ -31,6 +31,9 @@ setup(
         "connect": ["grpcio>=1.56", "grpcio-status>=1.56", "googleapis-common-protos>=1.56", "zstandard>=0.21"],
         # Only --nn annoy uses it, and annoy has no wheel on PyPI (every install compiles it).
         "annoy": ["annoy>=1.17"],
+        # Exact search with certified bf16 scores (dpspark.neighbours.CertifiedIndex), used where the
+        # CPU has AMX-BF16; without torch exact search stays float32.
+        "lowp": ["torch>=2.1"],
         "test": ["pytest>=7", "scipy>=1.9", "ruff>=0.5", "annoy>=1.17"],
         # dpspark evaluate-vectors: the linear-classifier experiment (VADER lexicon, logistic regression).
         "eval": ["scikit-learn>=1.1", "vaderSentiment>=3.3"],

@@ -15,14 +15,25 @@ scores is one BLAS call followed by one argmax pass, on blocks small enough to s
 in cache (512 queries × 2,048 words = 4 MiB; the fastest shape measured on 2 cores with
 50,000 and 400,000 words). Answers equal the float64 argmin
 except at ties within float32 rounding (relative 1e-6), where either word is exact.
+
+CertifiedIndex answers exactly the float64 argmin, faster where bf16 GEMMs are cheap (AMX):
+it scores every word in bf16, bounds the rounding error, and re-ranks in float64 every
+word the bound cannot rule out (its docstring has the proof). ``exact_index`` returns it
+where PyTorch and AMX-BF16 are present, ExactIndex elsewhere; DPSPARK_EXACT=fp32 forces
+ExactIndex.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import warnings
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
+
+from dpspark.errors import DPSparkWarning
 
 QUERY_BLOCK = 512
 WORD_BLOCK = 2048
@@ -106,6 +117,404 @@ class ExactIndex:
         q[:, : self.dim] = points
         q[:, self.dim] = 1.0
         return rows[(q @ sub).argmax(axis=1)]
+
+
+LOWP_QUERY_BLOCK = 8192  # queries per search: stage 2 visits each flagged word block once per search
+LOWP_GEMM_ROWS = 2048  # queries per bf16 GEMM: 2048 × 512 bf16 scores (2 MiB) stay in L2
+LOWP_WORD_BLOCK = 512
+_MAX_NORM = 1e12  # larger norms could overflow bf16/float32 scores: such queries go to float64 alone
+_PAIRS = 16_384  # candidate (query, word) pairs re-ranked per numpy call: bounds the float64 temporaries
+
+
+class CertifiedIndex:
+    """Exact nearest neighbour: low-precision scores, a proven error bound, float64 re-ranking.
+
+    Returns, for every query q, exactly ``np.argmin(((q − X)**2).sum(axis=1))`` in
+    float64 (ties: the lowest row) — the reference that ``ExactIndex`` meets only up to
+    float32 rounding. The scores come from ``lowp`` (default: bf16 GEMMs in PyTorch/oneDNN,
+    on AMX where the CPU has it); ``exact_index`` picks this class where that is fast.
+
+    Scores. Word rows are (x, h, l, 1, 1) and query rows (q, 1, 1, a, b), rounded to the
+    low-precision format (p significant bits; bf16: p = 8) and zero padded to K = d + 4
+    rounded up to 32, where h + l ≈ n = −‖x‖²/2 and a + b = C exactly (two-term splits,
+    so the large norm terms lose almost nothing). A GEMM with float32 accumulation gives
+    y ≈ t = s + C with s = q·x − ‖x‖²/2, and rounds y once more to p bits on output (ŝ).
+    argmax s = argmin ‖q − x‖²; C, the same for every word of a query, is chosen below
+    −max s so that every y < 0 (see ``_queries``), which lets the bf16 backend find each
+    block's largest score with an int16 ``amin`` of the bit patterns.
+
+    The bound. With u = 2⁻ᵖ + 2⁻²³ (input rounding; the extra term allows torch's double
+    rounding float64 → float32 → bf16) and γ = K·2⁻²⁴/(1 − K·2⁻²⁴) (float32 accumulation
+    of K terms in any order; products of two p-bit values are exact in float32 for p ≤ 12,
+    so AMX, AVX-512, a split K or a plain float32 GEMM all fit):
+      |Σ q̂ᵢx̂ᵢ − q·x| ≤ (2u + u²)·Σ|qᵢxᵢ| ≤ (2u + u²)·‖q‖‖x‖          (Cauchy–Schwarz)
+      |h + l − n| ≤ (u² + (d+1)·2⁻⁵³)·|n|         (split residual; float64 ‖x‖²)
+      accumulation ≤ γ·(Σ|q̂ᵢx̂ᵢ| + |h| + |l| + |a| + |b|)
+    so |y − t| ≤ b(q, x) = c₁‖q‖‖x‖ + c₂(‖x‖²/2 + |C|) + η with c₁ = 2u + u² + γ(1+u)²
+    (bf16: 2⁻⁷ + 2⁻¹⁵·⁵), c₂ = 1.001·(u² + (d+1)·2⁻⁵³ + γ(1+3u)) (bf16: ≈ 2⁻¹⁵·⁶) and
+    η = 2⁻¹⁰⁰(1 + ‖q‖ + max‖x‖) for denormals flushed to zero. The output rounding is
+    monotone with |ŝ − y| ≤ 2⁻ᵖ|y|; it is applied to thresholds, not to scores.
+
+    Certificate. Stage 1 keeps, per query and block of words, the largest ŝ (M). The word
+    behind the overall largest, G, has t ≥ G − 2⁻ᵖ|G|/(1 − 2⁻ᵖ) − B (B: the largest b in its
+    block), so the best t is at least that; a word that float64 could prefer has t ≥ floor,
+    that minus σ = (d+8)·2⁻⁵²·(‖q‖ + max‖x‖)² (the rounding of the float64 distances);
+    hence its y ≥ floor − b and its ŝ ≥ (floor − b)(1 + 2⁻ᵖ) (negative values, monotone
+    rounding). Stage 2 recomputes the scores of the blocks whose M passes that test with
+    their largest b, keeps every word passing it, and re-ranks those in float64: the "within
+    2×bound of the best" rule, made exact. Nothing limits how many survive: at worst every
+    word is re-ranked (float64 brute force, slow, never wrong). Blocks keep memory bounded:
+    LOWP_GEMM_ROWS × LOWP_WORD_BLOCK scores, one float32 maximum per query and word block
+    (25 MB for 8,192 queries and 400,000 words) and about _PAIRS candidates at a time.
+    """
+
+    method = "exact"  # the answers are exact: bundles and manifests treat it as exact search
+
+    def __init__(self, vectors: np.ndarray, lowp: _TorchBF16 | _Emulated | None = None) -> None:
+        x = np.asarray(vectors)
+        if x.ndim != 2 or len(x) == 0 or not np.isfinite(x).all():
+            raise ValueError("CertifiedIndex needs a non-empty, finite V×d matrix")
+        self._lowp = _TorchBF16() if lowp is None else lowp
+        self._x = x  # the reference vectors (float32 or float64), not copied
+        self.size, self.dim = x.shape
+        self._k = -(-(self.dim + 4) // 32) * 32
+        self._u = 2.0**-self._lowp.bits  # output rounding
+        u = self._u + 2.0**-23
+        gamma = self._k * 2.0**-24 / (1 - self._k * 2.0**-24)
+        self._c1 = 2 * u + u * u + gamma * (1 + u) ** 2
+        self._c2 = 1.001 * (u * u + (self.dim + 1) * 2.0**-53 + gamma * (1 + 3 * u))
+        sq = np.concatenate([np.einsum("ij,ij->i", c, c) for c in _chunks(x)])
+        self._norm = np.sqrt(sq) * (1 + 2.0**-40)  # upper bounds of ‖x‖
+        if self._norm.max() > _MAX_NORM:
+            raise ValueError(f"word vectors longer than {_MAX_NORM:g}: use ExactIndex")
+        parts = []
+        for s, c in zip(range(0, self.size, 65_536), _chunks(x)):
+            a = np.zeros((len(c), self._k))
+            a[:, : self.dim] = self._lowp.round(c)
+            a[:, self.dim], a[:, self.dim + 1] = self._split(-0.5 * sq[s : s + len(c)])
+            a[:, self.dim + 2 : self.dim + 4] = 1.0
+            parts.append(self._lowp.matrix(a))
+        self._words, self._rblock = self._blocks(parts, self._norm)
+        self._self_check()
+        self.reranked = 0  # (query, word) pairs re-ranked in float64 so far: the certificate's cost
+
+    def params(self) -> dict:
+        return {"query_block": LOWP_QUERY_BLOCK, "word_block": LOWP_WORD_BLOCK, "scores": self._lowp.name}
+
+    def query(self, points: np.ndarray) -> np.ndarray:
+        q = np.asarray(points, dtype=np.float64).reshape(-1, self.dim)
+        out = np.zeros(len(q), dtype=np.int64)
+        for s in range(0, len(q), LOWP_QUERY_BLOCK):
+            out[s : s + LOWP_QUERY_BLOCK] = self._search(q[s : s + LOWP_QUERY_BLOCK], None)
+        return out
+
+    def query_among(self, points: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Nearest of ``rows`` (a subset of the index) to each point, exact as ``query``
+        (ties: the first of ``rows``)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        q = np.asarray(points, dtype=np.float64).reshape(-1, self.dim)
+        out = np.zeros(len(q), dtype=np.int64)
+        for s in range(0, len(q), LOWP_QUERY_BLOCK):
+            out[s : s + LOWP_QUERY_BLOCK] = rows[self._search(q[s : s + LOWP_QUERY_BLOCK], rows)]
+        return out
+
+    def within(self, centers: np.ndarray, radii: np.ndarray) -> list[np.ndarray]:
+        """As ``ExactIndex.within`` (a superset of each ball), from a float32 index built on first use."""
+        return self._float32.within(centers, radii)
+
+    @cached_property
+    def _float32(self) -> ExactIndex:
+        return ExactIndex(self._x)
+
+    def _split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """v ≈ hi + lo, both in the low-precision format: |v − hi − lo| ≤ u²|v|."""
+        hi = self._lowp.round(v)
+        return hi, self._lowp.round(v - hi)
+
+    def _blocks(self, parts: list, norm: np.ndarray):
+        """Word rows padded to whole blocks with rows that never win (score −2¹⁰⁰, exact in
+        every format), and each block's largest norm."""
+        n, nb = len(norm), -(-len(norm) // LOWP_WORD_BLOCK)
+        pad = np.zeros((nb * LOWP_WORD_BLOCK - n, self._k))
+        pad[:, self.dim] = -(2.0**100)
+        rblock = np.zeros(nb * LOWP_WORD_BLOCK)
+        rblock[:n] = norm
+        return self._lowp.cat([*parts, self._lowp.matrix(pad)]), rblock.reshape(nb, -1).max(axis=1)
+
+    def _queries(self, q: np.ndarray, rmax: float):
+        """Low-precision query rows (q, 1, 1, a, b, 0…) and, per query, ‖q‖ (upper bound), |C|, η."""
+        qn = np.sqrt(np.einsum("ij,ij->i", q, q)) * (1 + 2.0**-40)
+        # s = q·x − ‖x‖²/2 ≤ max over r in [0, max‖x‖] of (‖q‖r − r²/2) = P.
+        p = np.where(qn <= rmax, qn * qn / 2, qn * rmax - rmax * rmax / 2) * (1 + 2.0**-40)
+        eta = 2.0**-100 * (1 + qn + rmax)
+        b0 = self._c1 * qn * rmax + self._c2 * rmax * rmax / 2 + eta  # b without its c₂|C| part
+        # C ≈ −P − δ with δ = 2·b0 + 4(c₂ + 2⁻¹⁵)P: every y ≤ P + C + b < 0, the split
+        # residual of C (≤ 2⁻¹⁶|C| for bf16) and the c₂|C| part of b included.
+        hi, lo = self._split(-p - 2 * b0 - 4 * (self._c2 + 2.0**-15) * p)
+        rows = np.zeros((len(q), self._k))
+        rows[:, : self.dim] = self._lowp.round(q)
+        rows[:, self.dim : self.dim + 2] = 1.0
+        rows[:, self.dim + 2], rows[:, self.dim + 3] = hi, lo
+        return self._lowp.matrix(rows), qn, np.abs(hi + lo), eta
+
+    def _search(self, q: np.ndarray, among: np.ndarray | None) -> np.ndarray:
+        """Positions (in the index, or in ``among``) of the float64 nearest word of each query."""
+        lowp = self._lowp
+        if among is None:
+            words, rblock, n, source = self._words, self._rblock, self.size, self._x
+        else:
+            n, source = len(among), self._x[among]
+            words, rblock = self._blocks([lowp.take(self._words, among)], self._norm[among])
+        result = np.zeros(len(q), dtype=np.int64)  # non-finite queries: row 0, as np.argmin over NaN/inf
+        big = np.sqrt(np.einsum("ij,ij->i", q, q))
+        ok = big <= _MAX_NORM  # False for NaN and inf too
+        for i in np.flatnonzero(np.isfinite(big) & ~ok):  # huge but finite: float64 brute force
+            result[i] = _argmin64(source, q[i])
+        if not ok.any():
+            return result
+        q = q[ok]
+        rmax = float(rblock.max())
+        qt, qn, c_abs, eta = self._queries(q, rmax)
+        nq, wb = len(q), LOWP_WORD_BLOCK
+
+        # Stage 1: each block's largest low-precision score, per query (nb × nq, float32).
+        m = lowp.block_maxima(qt, words, wb)
+        g = m.max(axis=0).astype(np.float64)
+        r_top = np.zeros(nq)  # the largest norm among the blocks holding G (no slow argmax on axis 0)
+        for s in range(0, len(m), 64):
+            np.maximum(r_top, np.where(m[s : s + 64] == g, rblock[s : s + 64, None], 0.0).max(axis=0), out=r_top)
+        # The bound of block b for query i is alpha_i·R_b + c₂R_b²/2 + gamma_i (R_b: its largest norm).
+        alpha, gamma = self._c1 * qn, self._c2 * c_abs + eta
+        b_top = alpha * r_top + self._c2 * r_top**2 / 2 + gamma
+        sigma = (self.dim + 8) * 2.0**-52 * (qn + rmax) ** 2
+        floor = g - self._u * np.abs(g) / (1 - self._u) - b_top - sigma
+        # The least output a word of block b may show and still be the answer to query i is
+        # (floor − bound)(1 + 2⁻ᵖ), as floor − bound < 0; 2⁻³⁰ and 2⁻⁴⁰(|g| + b_top + σ + bound)
+        # absorb this float64 arithmetic. Rearranged: A_i − k·(alpha_i·R_b + c₂R_b²/2).
+        k = 1 + self._u + 2.0**-30 + 2.0**-40
+        a = floor * (1 + self._u + 2.0**-30) - 2.0**-40 * (np.abs(g) + b_top + sigma) - k * gamma
+        pairs = []
+        for s in range(0, len(m), 64):
+            least = (
+                a
+                - np.multiply.outer(k * rblock[s : s + 64], alpha)
+                - (k * self._c2 / 2 * rblock[s : s + 64] ** 2)[:, None]
+            )
+            blk, qs = np.nonzero(m[s : s + 64] >= least)
+            pairs.append((blk + s, qs, _down32(least[blk, qs])))
+        blk, qs, limit = map(np.concatenate, zip(*pairs))  # (block, query) pairs, by block
+
+        # Stage 2: in the blocks that reach it, recompute the scores, keep the words that
+        # reach it and re-rank them by float64 distance. The block's largest b stands for each
+        # word's own (a few more candidates, one comparison per score). The recomputation is
+        # a float32 GEMM of the same low-precision values, which the same bound covers; and
+        # unlike a oneDNN call per new row count, it compiles no kernels.
+        cuts = np.flatnonzero(np.diff(blk)) + 1
+        q32 = lowp.float32(qt)
+        best, where = np.full(nq, np.inf), np.zeros(nq, dtype=np.int64)
+        pending: list[tuple[np.ndarray, np.ndarray]] = []
+        count = 0
+        for lo_pair, hi_pair in zip(np.r_[0, cuts], np.r_[cuts, len(blk)]):
+            qi, lo = qs[lo_pair:hi_pair], blk[lo_pair] * wb
+            s = q32[qi] @ lowp.float32(words[lo : min(lo + wb, n)]).T
+            r, c = np.nonzero(s >= limit[lo_pair:hi_pair, None])
+            pending.append((qi[r], lo + c))
+            count += len(r)
+            if count >= _PAIRS:
+                _keep_nearest(q, source, *map(np.concatenate, zip(*pending)), best, where)
+                self.reranked += count
+                pending, count = [], 0
+        if pending:
+            _keep_nearest(q, source, *map(np.concatenate, zip(*pending)), best, where)
+            self.reranked += count
+        result[ok] = where
+        return result
+
+    def _self_check(self) -> None:
+        """Check the bound and the sign of the scores on this machine's GEMM once (a backend
+        that broke the float32-accumulation assumption would show); RuntimeError if not."""
+        rng = np.random.default_rng(0)
+        n = min(self.size, LOWP_WORD_BLOCK)
+        x = self._x[:n].astype(np.float64)
+        scale = np.median(self._norm[:n]) * rng.choice([0.01, 0.3, 1.0, 3.0, 30.0], (256, 1))
+        q = x[rng.integers(0, n, 256)] + rng.standard_normal((256, self.dim)) * scale / np.sqrt(self.dim)
+        qt, qn, c_abs, eta = self._queries(q, float(self._rblock.max()))
+        s_hat = self._lowp.scores(qt, self._words[:n])
+        sq = np.einsum("ij,ij->i", x, x)
+        t = q @ x.T - sq / 2 - c_abs[:, None]
+        b = self._c1 * qn[:, None] * self._norm[:n] + self._c2 * (sq / 2 + c_abs[:, None]) + eta[:, None]
+        if not ((s_hat < 0).all() and (np.abs(s_hat - t) <= 1.01 * (b + self._u * np.abs(t))).all()):
+            raise RuntimeError(f"{self._lowp.name} GEMM outside the certified error bound on this machine")
+
+
+class _TorchBF16:
+    """bf16 GEMMs in PyTorch (oneDNN: AMX where the CPU has it), float32 accumulation, bf16 output."""
+
+    bits = 8
+    name = "bf16 (torch), certified, float64 re-rank"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        _follow_blas_threads(torch)
+
+    def round(self, a: np.ndarray) -> np.ndarray:
+        return self.matrix(a).double().numpy()
+
+    def matrix(self, a: np.ndarray):
+        return self.torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(self.torch.bfloat16)
+
+    def cat(self, parts: list):
+        return self.torch.cat(parts)
+
+    def take(self, m, rows: np.ndarray):
+        return m[self.torch.from_numpy(rows)]
+
+    def float32(self, m) -> np.ndarray:
+        return m.float().numpy()
+
+    def scores(self, qt, words) -> np.ndarray:
+        return self.torch.mm(qt, words.T).double().numpy()
+
+    def block_maxima(self, qt, words, wb: int) -> np.ndarray:
+        """Each block's largest score per query (blocks × queries), float32.
+
+        Every score is negative, and the bit patterns of negative bf16 values, read as int16,
+        sort in reverse: a smaller int16 is a larger score, and an int16 amin is ~7× faster
+        than a bf16 amax. One output buffer for all GEMMs (no page faults per call)."""
+        torch = self.torch
+        nb, nq = len(words) // wb, len(qt)
+        blocks = words.view(nb, wb, -1).transpose(1, 2).unbind(0)  # views: no Python slicing per call
+        codes = torch.empty((nb, nq), dtype=torch.int16)
+        buf = torch.empty((min(nq, LOWP_GEMM_ROWS), wb), dtype=torch.bfloat16)
+        for s in range(0, nq, LOWP_GEMM_ROWS):
+            n = min(LOWP_GEMM_ROWS, nq - s)
+            rows, out = qt[s : s + n], buf[:n]
+            out16 = out.view(torch.int16)
+            for block, row in zip(blocks, codes[:, s : s + n].unbind(0)):
+                torch.mm(rows, block, out=out)
+                torch.amin(out16, dim=1, out=row)
+        return codes.view(torch.bfloat16).float().numpy()
+
+
+class _Emulated:
+    """A numpy stand-in with ``bits`` significant bits (float32 GEMM, inputs and outputs rounded),
+    to test the certificate without torch; coarse formats leave many candidates to re-rank."""
+
+    def __init__(self, bits: int) -> None:
+        self.bits = bits
+        self.name = f"emulated {bits}-bit"
+
+    def round(self, a: np.ndarray) -> np.ndarray:
+        m, e = np.frexp(np.asarray(a, dtype=np.float64))
+        return np.ldexp(np.round(m * 2.0**self.bits) / 2.0**self.bits, e)
+
+    def matrix(self, a: np.ndarray) -> np.ndarray:
+        return np.asarray(a, dtype=np.float32)
+
+    def cat(self, parts: list) -> np.ndarray:
+        return np.concatenate(parts)
+
+    def take(self, m: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return m[rows]
+
+    def float32(self, m: np.ndarray) -> np.ndarray:
+        return m
+
+    def scores(self, qt: np.ndarray, words: np.ndarray) -> np.ndarray:
+        return self.round(qt @ words.T)
+
+    def block_maxima(self, qt: np.ndarray, words: np.ndarray, wb: int) -> np.ndarray:
+        maxima = [self.scores(qt, words[s : s + wb]).max(axis=1) for s in range(0, len(words), wb)]
+        return np.stack(maxima).astype(np.float32)
+
+
+def _chunks(x: np.ndarray, rows: int = 65_536):
+    """float64 copies of consecutive row blocks (no float64 copy of the whole matrix)."""
+    return (x[s : s + rows].astype(np.float64) for s in range(0, len(x), rows))
+
+
+def _down32(v: np.ndarray) -> np.ndarray:
+    """float32 values ≤ v: comparing scores exact in float32 with them excludes nothing."""
+    v32 = v.astype(np.float32)
+    return np.where(v32 > v, np.nextafter(v32, np.float32(-np.inf)), v32)
+
+
+def _keep_nearest(q, source, qi, pos, best, where) -> None:
+    """Fold candidates (query qi, position pos) into the running best (float64 distance, lowest
+    position on ties); successive calls bring ascending positions, so earlier ones win ties."""
+    d = ((source[pos].astype(np.float64) - q[qi]) ** 2).sum(axis=1)
+    order = np.lexsort((pos, d, qi))
+    qs = qi[order]
+    first = order[np.r_[True, qs[1:] != qs[:-1]]]
+    better = d[first] < best[qi[first]]
+    best[qi[first[better]]] = d[first[better]]
+    where[qi[first[better]]] = pos[first[better]]
+
+
+def _argmin64(source: np.ndarray, point: np.ndarray) -> int:
+    """np.argmin of the float64 distances from one point to every row, in chunks."""
+    best, where = np.inf, 0
+    for s, c in zip(range(0, len(source), 65_536), _chunks(source)):
+        d = ((c - point) ** 2).sum(axis=1)
+        j = int(d.argmin())
+        if d[j] < best:
+            best, where = d[j], s + j
+    return where
+
+
+def _follow_blas_threads(torch) -> None:
+    """One thread per Spark task: give torch the thread count dpspark gave BLAS (threadpoolctl
+    limits, else OMP/OPENBLAS/MKL_NUM_THREADS); leave it alone when nothing is limited."""
+    counts = []
+    try:
+        import threadpoolctl
+
+        if int(threadpoolctl.__version__.split(".")[0]) >= 3:
+            counts = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+    except ImportError:
+        pass
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(var, "").isdigit() and int(os.environ[var]) > 0:
+            counts.append(int(os.environ[var]))
+    if counts and min(counts) < torch.get_num_threads():
+        torch.set_num_threads(min(counts))
+
+
+def lowp_available() -> bool:
+    """Whether CertifiedIndex runs fast here: PyTorch with oneDNN on a CPU with AMX-BF16 (the
+    hardware measured, bench/bench_search.py). Imports torch only on such CPUs."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    if "amx_bf16" not in flags or importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: True)()  # also asks whether the OS allows AMX
+    return bool(torch.backends.mkldnn.is_available() and amx)
+
+
+def exact_index(vectors: np.ndarray) -> ExactIndex | CertifiedIndex:
+    """The fastest exact index here: CertifiedIndex where ``lowp_available()``, else ExactIndex.
+
+    DPSPARK_EXACT=fp32 forces ExactIndex (float32 GEMM), DPSPARK_EXACT=bf16 forces
+    CertifiedIndex (an error where it cannot run); the default is "auto".
+    """
+    choice = os.environ.get("DPSPARK_EXACT", "auto").lower()
+    if choice not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"DPSPARK_EXACT must be auto, fp32 or bf16, not {choice!r}")
+    if choice == "bf16":
+        return CertifiedIndex(vectors)
+    if choice == "auto" and lowp_available():
+        try:
+            return CertifiedIndex(vectors)
+        except (RuntimeError, ValueError) as e:
+            warnings.warn(f"exact search falls back to float32: {e}", DPSparkWarning, stacklevel=2)
+    return ExactIndex(vectors)
 
 
 class AnnoyIndex:

@@ -1,0 +1,202 @@
+"""CertifiedIndex: low-precision scores plus a proven bound give the float64 argmin, always.
+
+The reference is np.argmin(((q − X)**2).sum(axis=1)) in float64, ties to the lowest row.
+Tests with the emulated coarse scorer run without torch and exercise the certificate where
+many candidates survive; the bf16 (torch) tests run where torch is installed (`make test`
+installs it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpspark import neighbours
+from dpspark.geometry import geometry
+from dpspark.mechanisms import WordMechanism, sample_noise
+from dpspark.neighbours import (
+    LOWP_WORD_BLOCK,
+    CertifiedIndex,
+    ExactIndex,
+    _Emulated,
+    exact_index,
+    lowp_available,
+)
+
+
+def brute_force(x, q):
+    """The float64 reference, directly: one distance row per query."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.array([((p - x) ** 2).sum(axis=1).argmin() for p in np.asarray(q, dtype=np.float64)], dtype=np.int64)
+
+
+def float64_argmin(x, q):
+    """The same reference, fast enough for 50,000 words: a float64 GEMM keeps the words within
+    2⁻³⁰(‖q‖ + max‖x‖)² of its smallest distance (its rounding error, and that of the distances
+    below, are under 2⁻⁴⁰ of that), and the float64 distances of those decide."""
+    x = np.asarray(x, dtype=np.float64)
+    xx = (x * x).sum(axis=1)
+    rmax = np.sqrt(xx.max())
+    out = np.empty(len(q), dtype=np.int64)
+    for s in range(0, len(q), 256):
+        qc = np.asarray(q[s : s + 256], dtype=np.float64)
+        qq = (qc * qc).sum(axis=1)
+        d = qq[:, None] - 2 * qc @ x.T + xx
+        near = d <= (d.min(axis=1) + 2.0**-30 * (np.sqrt(qq) + rmax) ** 2)[:, None]
+        for i, p in enumerate(qc):
+            rows = np.flatnonzero(near[i])
+            out[s + i] = rows[((p - x[rows]) ** 2).sum(axis=1).argmin()]
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One BLAS thread, as in a Spark task (torch follows it when an index is built): on a busy
+    2-core machine, two threads wait on each other in every small GEMM."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: the tests still run, with whatever threads there are
+        yield
+        return
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def vocab(glove):
+    return glove.vectors[:50_000]
+
+
+@pytest.fixture(scope="module")
+def bf16(vocab):
+    pytest.importorskip("torch")
+    return CertifiedIndex(vocab)
+
+
+def noisy(vectors, n, epsilon, seed):
+    rng = np.random.default_rng(seed)
+    a = geometry(vectors, 1.0).a
+    return vectors[rng.integers(0, len(vectors), n)] + sample_noise(n, vectors.shape[1], epsilon, rng, a)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 5.0, 10.0, 20.0, 40.0])
+def test_bf16_equals_float64_argmin_on_noisy_glove(bf16, vocab, epsilon):
+    q = noisy(vocab, 600, epsilon, seed=int(epsilon))
+    np.testing.assert_array_equal(bf16.query(q), float64_argmin(vocab, q))
+
+
+def test_bf16_across_query_blocks_and_against_float32(bf16, vocab, monkeypatch):
+    # Several searches and GEMMs per call, partial ones last; a vocabulary that is not a whole
+    # number of word blocks.
+    assert len(vocab) % LOWP_WORD_BLOCK
+    monkeypatch.setattr(neighbours, "LOWP_QUERY_BLOCK", 1024)
+    monkeypatch.setattr(neighbours, "LOWP_GEMM_ROWS", 512)
+    q = noisy(vocab, 2085, 10.0, seed=7)
+    found = bf16.query(q)
+    np.testing.assert_array_equal(found, float64_argmin(vocab, q))
+    assert (found == ExactIndex(vocab).query(q)).mean() > 0.999  # float32 differs only at near-ties
+
+
+@pytest.mark.parametrize("bits", [3, 5])
+def test_certificate_alone_with_a_coarse_scorer(bits):
+    """3- and 5-bit scores leave hundreds of candidates per query; the answers must be exact."""
+    x = np.random.default_rng(0).standard_normal((3 * LOWP_WORD_BLOCK + 11, 20)).astype(np.float32)
+    # Noisy points far from the words, as at a useful ε: many words at similar distances.
+    q = x[np.random.default_rng(1).integers(0, len(x), 300)] + np.random.default_rng(2).normal(0, 2, (300, 20))
+    expected = brute_force(x, q)
+    emulated = _Emulated(bits)
+    np.testing.assert_array_equal(CertifiedIndex(x, emulated).query(q), expected)
+    # The test means something: the coarse scores alone pick another word for many queries
+    # (≈ 18% at 3 bits, 5% at 5 bits).
+    naive = (emulated.round(q) @ emulated.round(x).T - (x.astype(np.float64) ** 2).sum(axis=1) / 2).argmax(axis=1)
+    assert (naive != expected).mean() > 0.02
+
+
+def test_the_bound_is_what_makes_it_exact():
+    """Rounding pushes the nearest word down and another up by almost 2u‖q‖‖x‖: the certified
+    index finds the nearest one, and the same index with a bound 4× too small does not."""
+    d = 8
+    q = np.ones((1, d))  # exact in 4 bits
+    farther = np.full(d, 1.1875 + 2.0**-12)  # rounds up to 1.25
+    nearer = np.full(d, 1.0625 - 2.0**-12)  # rounds down to 1.0
+    x = np.stack([farther, nearer])
+    assert brute_force(x, q)[0] == 1
+    assert CertifiedIndex(x, _Emulated(4)).query(q)[0] == 1
+    weak = CertifiedIndex(x, _Emulated(4))
+    weak._c1 /= 4
+    weak._c2 /= 4
+    assert weak.query(q)[0] == 0
+
+
+@pytest.mark.parametrize("lowp", ["bf16", "emulated"])
+def test_adversarial_cases(glove, lowp):
+    if lowp == "bf16":
+        pytest.importorskip("torch")
+    make = (lambda x: CertifiedIndex(x)) if lowp == "bf16" else (lambda x: CertifiedIndex(x, _Emulated(6)))
+    x = glove.vectors[:3000].copy()
+    x[2000] = x[1500] = x[10]  # exact duplicates: the lowest row wins
+    x[2999] = x[11]
+    index = make(x)
+    rng = np.random.default_rng(5)
+    # Queries at words, at their duplicates, near them, between two words, and far away.
+    q = np.concatenate(
+        [
+            x[[10, 1500, 2000, 11, 2999, 0, 1234]],
+            x[[10, 11]] + rng.normal(0, 1e-3, (2, 50)),
+            (x[[3, 40]] + x[[4, 41]]) / 2,
+            rng.standard_normal((8, 50)) * np.array([1e3, 1e5, 1e8, 1e11, 1e13, 1e16, 0.0, 1e-30])[:, None],
+        ]
+    )
+    found = index.query(q)
+    np.testing.assert_array_equal(found, brute_force(x, q))
+    assert list(found[:7]) == [10, 10, 10, 11, 11, 0, 1234]
+    # query_among: exact among a subset, first of the subset on ties.
+    rows = np.array([5, 10, 11, 1500, 2000, 2500, 2999])
+    np.testing.assert_array_equal(index.query_among(q[:9], rows), rows[brute_force(x[rows], q[:9])])
+
+
+@pytest.mark.parametrize("lowp", ["bf16", "emulated"])
+def test_tiny_vocabularies_and_empty_or_odd_batches(glove, lowp):
+    if lowp == "bf16":
+        pytest.importorskip("torch")
+    make = (lambda x: CertifiedIndex(x)) if lowp == "bf16" else (lambda x: CertifiedIndex(x, _Emulated(6)))
+    one = make(glove.vectors[:1])
+    q = np.random.default_rng(0).standard_normal((5, 50)) * 10
+    np.testing.assert_array_equal(one.query(q), np.zeros(5, dtype=np.int64))
+    two = make(glove.vectors[[7, 7]])
+    np.testing.assert_array_equal(two.query(q), np.zeros(5, dtype=np.int64))
+    assert one.query(np.zeros((0, 50), np.float32)).shape == (0,)
+    # Non-finite queries: row 0, as np.argmin over their NaN/inf distances.
+    bad = np.array([[np.nan] * 50, [np.inf] + [0.0] * 49])
+    index = make(glove.vectors[:100])
+    np.testing.assert_array_equal(index.query(bad), brute_force(glove.vectors[:100], bad))
+    with pytest.raises(ValueError):
+        make(np.zeros((0, 50), np.float32))
+
+
+def test_copies_through_the_certificate_equal_the_full_search(glove, bf16):
+    """perturb_copies mixes query_among (small balls) and query (the rest): both exact."""
+    vocab = np.arange(50_000)
+    mech = WordMechanism(glove.vectors, vocab, 10.0, geometry(glove.vectors[vocab], 1.0).a, bf16)
+    rows = np.array([0, 5, 17, 400, 9_999, 49_999, 60_000])  # the last one is not in the vocabulary
+    got = mech.perturb_copies(rows, 40, np.random.default_rng(3))
+    z = sample_noise(len(rows) * 40, 50, 10.0, np.random.default_rng(3), mech.a)
+    full = float64_argmin(glove.vectors[vocab], np.repeat(glove.vectors[rows], 40, axis=0) + z)
+    np.testing.assert_array_equal(got, full.reshape(len(rows), 40))
+
+
+def test_factory_and_override(glove, monkeypatch):
+    x = glove.vectors[:1000]
+    monkeypatch.setenv("DPSPARK_EXACT", "fp32")
+    assert type(exact_index(x)) is ExactIndex
+    monkeypatch.setenv("DPSPARK_EXACT", "fast")
+    with pytest.raises(ValueError):
+        exact_index(x)
+    monkeypatch.delenv("DPSPARK_EXACT")
+    expected = CertifiedIndex if lowp_available() else ExactIndex
+    index = exact_index(x)
+    assert type(index) is expected and index.method == "exact"
+    if expected is CertifiedIndex:
+        assert index.params()["scores"].startswith("bf16")
+        monkeypatch.setenv("DPSPARK_EXACT", "bf16")
+        assert type(exact_index(x)) is CertifiedIndex
