@@ -151,7 +151,15 @@ def _vector_batches(
         lengths = np.where(valid, dim, 0)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         values = pa.array(private.ravel(), type=out_type.value_type)
-        arrays[i] = pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~valid)).cast(out_type)
+        # Null rows stay null (from buffers: ListArray.from_arrays takes no mask before pyarrow 9).
+        lists = pa.Array.from_buffers(
+            pa.list_(values.type),
+            len(valid),
+            [pa.array(valid, pa.bool_()).buffers()[1], pa.py_buffer(offsets)],
+            null_count=int((~valid).sum()),
+            children=[values],
+        )
+        arrays[i] = lists.cast(out_type)
         yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 
