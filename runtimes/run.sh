@@ -66,7 +66,7 @@ for name in "${names[@]}"; do
             connect_home=$("$ROOT/.venv/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
         fi
         # Tests import the installed wheel (not the checkout) from a directory outside the repo.
-        (cd "$WORK" && DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
+        (cd "$WORK" && DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
             ${marks:+-m "$marks"} "$ROOT/tests") >>"$log" 2>&1
         summary=$(tail -n 1 "$log")
         passed=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
