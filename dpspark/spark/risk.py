@@ -44,7 +44,7 @@ from dpspark.prepare import read_word_list
 from dpspark.rng import new_job_key
 from dpspark.spark import io, resources
 from dpspark.spark.reports import ReportOutput
-from dpspark.spark.session import get_session
+from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.transform import quote
 from dpspark.stats import WorkItem, item_counts, plan
 from dpspark.text import decode_strings, tokenize
@@ -104,10 +104,20 @@ def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes
             )
 
 
+def _cores(spark: SparkSession) -> int:
+    return 8 if is_connect(spark) else spark.sparkContext.defaultParallelism
+
+
+def shuffle_settings(spark: SparkSession) -> dict[str, str]:
+    """Few shuffle partitions: the count tables are small (words × distinct outputs), and Spark's
+    default of 200 makes every stage of the attack hundreds of tasks."""
+    return {"spark.sql.shuffle.partitions": str(max(4, 2 * _cores(spark)))}
+
+
 def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> DataFrame:
     """(half, ε, λ, w, u, count): the full word → output count table of the items, summed over items."""
     rows = [(it.item, it.block, it.epsilon, it.lam, list(it.rows), it.runs) for it in items]
-    df = spark.createDataFrame(rows, _ITEMS).repartition(max(1, min(len(items), 64)), "item")
+    df = spark.createDataFrame(rows, _ITEMS).repartition(max(1, min(len(items), 4 * _cores(spark))), "item")
     counts = df.mapInArrow(lambda b: _item_batches(b, bundle, job_key), _COUNTS)
     return counts.groupBy("half", "epsilon", "lam", "word", "output").agg(F.sum("count").alias("count"))
 
@@ -175,7 +185,8 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_text_column(df, config.text_column)
         emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
-        tokens = token_counts(df, config.text_column)
+        with io.SqlConf(spark, shuffle_settings(spark)):
+            tokens = token_counts(df, config.text_column)
         embedded = sorted(
             ((c, emb.word_index[t]) for t, c in tokens.items() if t in emb.word_index), key=lambda x: (-x[0], x[1])
         )
@@ -218,12 +229,13 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         prior_df = spark.createDataFrame(
             [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
         )
-        counts = pair_counts(spark, items, new_job_key(config.seed), shipment.name)
-        counts = counts.persist(StorageLevel.MEMORY_AND_DISK)  # noise counts only, no raw text
-        try:
-            result = attack(counts, prior_df)
-        finally:
-            counts.unpersist()
+        with io.SqlConf(spark, shuffle_settings(spark)):
+            counts = pair_counts(spark, items, new_job_key(config.seed), shipment.name)
+            counts = counts.persist(StorageLevel.MEMORY_AND_DISK)  # noise counts only, no raw text
+            try:
+                result = attack(counts, prior_df)
+            finally:
+                counts.unpersist()
         risk_s = time.perf_counter() - t0
 
         table_rows = [

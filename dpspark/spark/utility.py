@@ -49,10 +49,11 @@ from dpspark.config import EvaluateUtilityConfig, PerturbConfig
 from dpspark.embeddings import load_embeddings
 from dpspark.errors import InputDataError
 from dpspark.prepare import Prepared, prepare
+from dpspark.progress import Progress, describe
 from dpspark.rng import new_job_key
 from dpspark.spark import io, resources
 from dpspark.spark.reports import ReportOutput
-from dpspark.spark.session import get_session
+from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.transform import count_columns, mean_vectors, perturb, quote
 from dpspark.text import TOKEN_PATTERN
 
@@ -61,6 +62,12 @@ log = logging.getLogger("dpspark")
 TEXT, LABEL = "text", "label"  # the internal DataFrame's columns
 HASHING_FEATURES = 1 << 16
 MAX_ITER = 100  # MLlib's default; the SMS spam baseline converges in ≈ 40 iterations
+# A light L2 penalty on the unstandardized features: on SMS spam it keeps the baseline (0.98 accuracy,
+# 0.99 AUC), converges in fewer iterations, and lets a model trained on heavily perturbed text fall back
+# to the class prior instead of fitting the noise (unpenalized, train-time accuracy at ε = 2 fell to 0.6,
+# below the majority class's 0.87).
+REG_PARAM = 1e-3
+STANDARDIZATION = False
 ROWS_PER_TASK = 20_000  # small data runs as few tasks: each MLlib iteration is one Spark job
 MAX_CLASSES = 1000
 PRIVACY_NOTE = (
@@ -124,6 +131,8 @@ def labelled_frame(df: DataFrame, config: EvaluateUtilityConfig, keys: list[str]
         F.coalesce(F.col(quote(config.text_column)), F.lit("")).alias(TEXT),
         index[F.col(quote(config.label_column)).cast("string")].alias(LABEL),
     )
+    if is_connect(df.sparkSession):  # no RDD to count partitions: leave them as read
+        return out
     tasks = max(1, math.ceil(rows / ROWS_PER_TASK))
     return out.coalesce(tasks) if out.rdd.getNumPartitions() > tasks else out
 
@@ -184,10 +193,21 @@ class Model:
     def _classifier(self) -> Any:
         from pyspark.ml.classification import LogisticRegression
 
-        return LogisticRegression(featuresCol="features", labelCol=LABEL, maxIter=MAX_ITER)
+        return LogisticRegression(
+            featuresCol="features",
+            labelCol=LABEL,
+            maxIter=MAX_ITER,
+            regParam=REG_PARAM,
+            standardization=STANDARDIZATION,
+        )
 
     def params(self) -> dict[str, Any]:
-        p = {"classifier": "LogisticRegression", "max_iter": MAX_ITER, "reg_param": 0.0}
+        p = {
+            "classifier": "LogisticRegression",
+            "max_iter": MAX_ITER,
+            "reg_param": REG_PARAM,
+            "standardization": STANDARDIZATION,
+        }
         if self.name == "tfidf-logreg":
             p.update(tokenizer=f"RegexTokenizer({TOKEN_PATTERN})", hashing_features=HASHING_FEATURES, idf=True)
         else:
@@ -273,9 +293,10 @@ def run_evaluate_utility(
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_input(df, config)
-        values, keys, class_counts = label_classes(df, config.label_column)
-        rows = sum(class_counts)
-        train, test = split(labelled_frame(df, config, keys, rows), config, values, rows)
+        with io.SqlConf(spark, {"spark.sql.shuffle.partitions": "4"}):  # label counts: a handful of rows
+            values, keys, class_counts = label_classes(df, config.label_column)
+            rows = sum(class_counts)
+            train, test = split(labelled_frame(df, config, keys, rows), config, values, rows)
         try:
             manifest = _evaluate(spark, config, train, test, values, class_counts, out)
         finally:
@@ -319,6 +340,7 @@ def _evaluate(
     prep_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    describe(spark, "evaluate-utility", "non-private baseline", out.run_id)
     base_bundle = resources.ship(spark, first.write_bundle).name
     fitted_plain = model.fit(train, base_bundle)
     results: list[dict[str, Any]] = [
@@ -335,7 +357,9 @@ def _evaluate(
 
     master = new_job_key(config.seed)
     point_s = []
+    progress = Progress("evaluate-utility", len(preps))
     for (e, lam), prep in preps.items():
+        describe(spark, "evaluate-utility", f"ε={e:g} λ={lam:g}, {config.repeats} perturbations", out.run_id)
         t0 = time.perf_counter()
         ships[(e, lam)] = shipment = resources.ship(spark, prep.write_bundle)
         for r in range(config.repeats):
@@ -354,7 +378,7 @@ def _evaluate(
                         noisy.unpersist()
                 results.append({"mode": mode, "epsilon": e, "lambda": lam, "repeat": r, **scores})
         point_s.append(time.perf_counter() - t0)
-        log.info("evaluate-utility ε=%g λ=%g: %.1f s", e, lam, point_s[-1])
+        progress.report(len(point_s), len(point_s) / len(preps))
     for s in ships.values():
         s.close()
 

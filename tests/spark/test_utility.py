@@ -1,0 +1,211 @@
+"""evaluate-utility, privacy-risk and joint calibration end to end on SMS spam (issue 10), local[2]."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dpspark import risk
+from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
+from dpspark.config import EvaluateUtilityConfig, RiskConfig
+from dpspark.embeddings import load_default
+from dpspark.evaluation.datasets import sms_spam, sms_spam_table
+from dpspark.spark.risk import run_privacy_risk
+from dpspark.spark.utility import run_evaluate_utility
+from dpspark.text import tokenize
+
+pytestmark = pytest.mark.spark
+
+ROWS = 600
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The first 600 SMS messages, each rewritten as its tokens that have a vector (joined by
+    spaces): so a mechanism without noise gives back exactly the text the baseline sees."""
+    index = load_default().word_index
+    table = pq.read_table(sms_spam(tmp_path_factory.mktemp("sms"), rows=ROWS))
+    texts = [" ".join(t for t in tokenize(s)[0] if t in index) for s in table.column("text").to_pylist()]
+    path = tmp_path_factory.mktemp("clean") / "sms_embedded.parquet"
+    pq.write_table(table.set_column(1, "text", pa.array(texts, pa.string())), path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def corpus_vocab(data, tmp_path_factory):
+    """Every corpus word as the output vocabulary: with a huge ε the mechanism is the identity
+    (noise radius d/ε ≈ 5e-5, far below the distance between two words)."""
+    words = sorted({t for s in pq.read_table(data).column("text").to_pylist() for t in s.split()})
+    path = tmp_path_factory.mktemp("vocab") / "corpus_words.txt"
+    path.write_text("\n".join(words), encoding="utf-8")
+    return str(path)
+
+
+def utility_run(spark, data, out, **settings):
+    values = {"input": data, "text_column": "text", "label_column": "label", "output": str(out), "vocab_size": 2000}
+    return run_evaluate_utility(EvaluateUtilityConfig.parse({**values, **settings}), spark)
+
+
+def risk_run(spark, data, out, **settings):
+    values = {"input": data, "text_column": "text", "output": str(out), "vocab_size": 2000}
+    return run_privacy_risk(RiskConfig.parse({**values, **settings}), spark)
+
+
+def summary_row(manifest, mode):
+    (row,) = [s for s in manifest["summary"] if s["mode"] == mode]
+    return row
+
+
+@pytest.fixture(scope="module")
+def identity_run(spark, data, corpus_vocab, tmp_path_factory):
+    out = tmp_path_factory.mktemp("u") / "identity"
+    m = utility_run(spark, data, out, epsilons="1e6", lambdas="1", repeats=1, vocab_file=corpus_vocab)
+    return m, out
+
+
+def test_noise_disabled_gives_the_baseline(spark, data, corpus_vocab, identity_run):
+    from dpspark.spark.perturb import perturb_text
+
+    # The premise, checked: at ε = 1e6 the output is the input.
+    df = spark.read.parquet(data).limit(200)
+    with pytest.warns(UserWarning, match="seed"):
+        out = perturb_text(df, "text", 1e6, vocab_file=corpus_vocab, seed=1).toPandas()
+    assert (out["text"] == df.toPandas()["text"]).all()
+
+    m, out_dir = identity_run
+    base = summary_row(m, "baseline")
+    assert base["accuracy_mean"] > 0.93 and base["auc_mean"] > 0.95  # the classifier works (power for the next test)
+    for mode in ("train-time", "test-time"):
+        row = summary_row(m, mode)
+        for metric in ("accuracy", "f1", "auc"):
+            assert abs(row[f"{metric}_mean"] - base[f"{metric}_mean"]) <= 0.005, (mode, metric)
+    names = {p.name for p in out_dir.iterdir()}
+    assert {"results.parquet", "summary.md", "utility_train_time.png", "utility_test_time.png"} <= names
+    assert pq.read_table(out_dir / "results.parquet").num_rows == 3  # baseline + one per mode
+    manifest = json.loads((out_dir / "_dpspark_manifest.json").read_text())
+    assert manifest["split"]["seed"] == 42 and manifest["positive_class"] == "spam" and not manifest["seeded"]
+    assert "not a release" in manifest["privacy_note"]
+
+
+def test_noise_disabled_reidentification_is_the_unchanged_share(spark, data, corpus_vocab, tmp_path):
+    m = risk_run(spark, data, tmp_path / "risk", epsilons="1e6", lambdas="1", runs=4, vocab_file=corpus_vocab)
+    (r,) = m["results"]
+    assert r["unchanged"] > 0.99
+    assert abs(r["top1"] - r["unchanged"]) < 0.01
+
+
+def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identity_run):
+    table = pq.read_table(data)
+    labels = np.array(table.column("label").to_pylist(), dtype=object)
+    shuffled = table.set_column(2, "label", pa.array(np.random.default_rng(0).permutation(labels).tolist()))
+    path = tmp_path / "shuffled.parquet"
+    pq.write_table(shuffled, path)
+    m = utility_run(spark, str(path), tmp_path / "u", epsilons="20", lambdas="1", repeats=2, mode="train-time")
+    for mode in ("baseline", "train-time"):
+        row = summary_row(m, mode)
+        assert 0.35 <= row["auc_mean"] <= 0.65, (mode, row["auc_mean"])
+    # The same pipeline on the true labels is far from chance (identity_run's baseline): the test has power.
+    assert summary_row(identity_run[0], "baseline")["auc_mean"] > 0.9
+
+
+def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path, monkeypatch):
+    from dpspark.bundle import save_bundle
+    from dpspark.embeddings import select_vocabulary
+    from dpspark.geometry import geometry
+    from dpspark.spark import resources
+    from dpspark.spark.risk import attack, pair_counts
+    from dpspark.stats import plan
+
+    emb = load_default()
+    vocab = select_vocabulary(emb, 2000)
+    words = "the a of to and going london money free call win prize uk nokia text".split()
+    prior = {emb.word_index[w]: float(100 - 5 * i) for i, w in enumerate(words)}
+    sensitive = {emb.word_index["london"], emb.word_index["nokia"]}
+    a_by = {0.0: geometry(emb.vectors[vocab], 0.0).a}
+    ship = resources.ship(spark, lambda d: save_bundle(d, emb, {"nn": "exact", "nn_params": {}}, vocab, a_by, None))
+    items = plan([5.0, 10.0], [0.0], np.array(sorted(prior)), 20, 5, 10)
+    counts = pair_counts(spark, items, b"k" * 16, ship.name).cache()
+    rows = counts.collect()
+    fit = {(r.epsilon, r.lam, r.word, r.output): r["count"] for r in rows if r.half == risk.FIT_HALF}
+    score = {(r.epsilon, r.lam, r.word, r.output): r["count"] for r in rows if r.half == risk.SCORE_HALF}
+    prior_df = spark.createDataFrame(
+        [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
+    )
+    on_spark = attack(counts, prior_df)
+    reference = risk.reidentification(fit, score, prior, sensitive)
+    assert on_spark.keys() == reference.keys()
+    for key in reference:
+        assert on_spark[key] == pytest.approx(reference[key]), key
+    counts.unpersist()
+
+    # The job scores on the held-out half; an injected leak (scoring on the fitted half) shows.
+    settings = {"epsilons": "3", "lambdas": "1", "runs": 4, "seed": 7}
+    with pytest.warns(UserWarning, match="seed"):
+        held = risk_run(spark, data, tmp_path / "held", **settings)["results"][0]
+    monkeypatch.setattr(risk, "SCORE_HALF", risk.FIT_HALF)
+    with pytest.warns(UserWarning, match="seed"):
+        leaked = risk_run(spark, data, tmp_path / "leaked", **settings)["results"][0]
+    assert leaked["top1"] > held["top1"] + 0.1
+    assert leaked["unchanged"] == pytest.approx(held["unchanged"], abs=0.05)  # same runs, only the scoring moved
+
+
+def test_joint_calibration_meets_its_bounds_in_a_fresh_run(spark, data, corpus_vocab, tmp_path):
+    # ε = 2 is private but useless, ε = 400 useful but no protection, ε = 10 in between.
+    grid = {"epsilons": "2,10,400", "lambdas": "1", "vocab_file": corpus_vocab}
+    utility_run(spark, data, tmp_path / "u", repeats=2, mode="train-time", **grid)
+    risk_run(spark, data, tmp_path / "r", runs=4, **grid)
+    args = ["calibrate", "--utility", str(tmp_path / "u"), "--risk", str(tmp_path / "r"), "--quiet"]
+    bounds = ["--max-utility-loss", "0.03", "--max-reidentification", "0.95"]
+    assert main([*args, *bounds, "--output", str(tmp_path / "cal")]) == 0
+    result = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    rows = {(r["epsilon"], r["lambda"]): r for r in result["rows"]}
+    assert not rows[(2.0, 1.0)]["met"] and not rows[(400.0, 1.0)]["met"]
+    assert result["best"] == {"epsilon": 10.0, "lambda": 1.0}
+    assert {p.name for p in (tmp_path / "cal").iterdir()} >= {"calibration.md", "frontier.csv", "frontier.png"}
+    # A fresh run at the chosen setting (new noise) meets the bounds.
+    point = {"epsilons": "10", "lambdas": "1", "vocab_file": corpus_vocab}
+    fresh = utility_run(spark, data, tmp_path / "u2", repeats=2, mode="train-time", **point)
+    loss = summary_row(fresh, "baseline")["accuracy_mean"] - summary_row(fresh, "train-time")["accuracy_mean"]
+    assert loss <= 0.03
+    assert risk_run(spark, data, tmp_path / "r2", runs=4, **point)["results"][0]["top1"] <= 0.95
+    # Nothing qualifies: the documented exit code, and the frontier is still written.
+    strict = ["--max-utility-loss", "0", "--max-reidentification", "0"]
+    assert main([*args, *strict, "--output", str(tmp_path / "none")]) == NO_EPSILON_MEETS_BOUNDS
+    assert (tmp_path / "none" / "frontier.csv").is_file()
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    t = sms_spam_table(40)
+    pq.write_table(t, d / "good.parquet")
+    pq.write_table(t.drop(["label"]), d / "nolabel.parquet")
+    pq.write_table(t.set_column(2, "label", pa.array(["ham"] * 40)), d / "oneclass.parquet")
+    pq.write_table(t.set_column(1, "text", pa.array(range(40), pa.int64())), d / "numbers.parquet")
+    pq.write_table(sms_spam_table(3), d / "tiny.parquet")
+    return d
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "code", "message"),
+    [
+        ("nolabel.parquet", [], 3, "label column 'label' is not in the input"),
+        ("oneclass.parquet", [], 3, "only the value 'ham'"),
+        ("numbers.parquet", [], 3, "text column 'text' has type bigint, expected string"),
+        ("tiny.parquet", [], 3, "too few rows for the split"),
+        ("good.parquet", ["--epsilons", ""], 2, "epsilons: the grid is empty"),
+    ],
+)
+def test_bad_input_is_refused_and_leaves_no_output(bad_inputs, spark, tmp_path, capsys, name, extra, code, message):
+    out = tmp_path / "out"
+    args = ["--input", str(bad_inputs / name), "--text-column", "text", "--output", str(out), "--vocab-size", "500"]
+    assert main(["evaluate-utility", *args, "--label-column", "label", *extra]) == code
+    assert message in capsys.readouterr().err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith("_dpspark")]
+    if name == "numbers.parquet":
+        assert main(["privacy-risk", *args]) == 3
+        assert not out.exists()

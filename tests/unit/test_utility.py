@@ -1,0 +1,124 @@
+"""The pure parts of issue 10: utility metrics and intervals, the re-identification attack, joint calibration."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from dpspark import risk, utility
+from dpspark.embeddings import load_default, select_vocabulary
+from dpspark.errors import ConfigError
+from dpspark.geometry import geometry
+from dpspark.neighbours import ExactIndex
+from dpspark.stats import compute_counts, joint_calibrate, plan
+
+
+def test_t_interval_matches_scipy():
+    for r in (2, 3, 5, 12, 40):
+        assert utility.t_quantile(r - 1) == pytest.approx(sps.t.ppf(0.975, r - 1), rel=2e-3)
+    x = [0.91, 0.93, 0.96]
+    mean, low, high = utility.mean_ci(x)
+    lo, hi = sps.t.interval(0.95, 2, loc=np.mean(x), scale=sps.sem(x))
+    assert (mean, low, high) == pytest.approx((np.mean(x), lo, hi), rel=1e-4)
+    assert utility.mean_ci([0.5]) == (0.5, 0.5, 0.5)
+
+
+def test_metrics_against_counted_pairs():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 300)
+    score = np.where(y == 1, rng.normal(1, 1, 300), rng.normal(0, 1, 300)).round(1)  # ties on purpose
+    pos, neg = score[y == 1], score[y == 0]
+    pairs = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
+    assert utility.auc(y, score) == pytest.approx(pairs)
+    pred = (score > 0.5).astype(int)
+    m = utility.classification_metrics(y, pred, score, 2)
+    tp, fp, fn = ((pred == 1) & (y == 1)).sum(), ((pred == 1) & (y == 0)).sum(), ((pred == 0) & (y == 1)).sum()
+    assert m["precision"] == pytest.approx(tp / (tp + fp)) and m["recall"] == pytest.approx(tp / (tp + fn))
+    assert m["f1"] == pytest.approx(2 * tp / (2 * tp + fp + fn))
+    assert m["accuracy"] == pytest.approx((pred == y).mean())
+    y3 = np.array([0, 1, 2, 2, 1, 0])
+    m3 = utility.classification_metrics(y3, np.array([0, 2, 2, 2, 1, 1]), None, 3)
+    assert set(m3) == {"accuracy", "macro_f1"}
+    assert m3["macro_f1"] == pytest.approx(np.mean([2 / 3, 1 / 2, 0.8]))
+
+
+def test_summary_table_rows_lambda_columns_epsilon():
+    rows = [{"mode": "baseline", "epsilon": None, "lambda": None, "repeat": 0, "accuracy": 0.98}]
+    for e in (1.0, 10.0):
+        for lam in (0.0, 1.0):
+            for r, v in enumerate((0.80, 0.82, 0.84)):
+                rows.append({"mode": "train-time", "epsilon": e, "lambda": lam, "repeat": r, "accuracy": v + e / 100})
+    summary = utility.summarise(rows, ["accuracy"])
+    md = utility.summary_md(summary, ["accuracy"], "t")
+    assert "| λ \\ ε | 1 | 10 |" in md and "| 1 | 0.8300 (" in md and "baseline 0.9800" in md
+    loss = utility.utility_loss(summary, "accuracy")
+    assert loss[(10.0, 0.0)] == pytest.approx(0.98 - 0.92)
+
+
+def test_reidentification_by_hand():
+    # Two words; "b" (prior 3) also turns into "a" half the time. Fitted: u=a → b (3·2 > 1·4? no: 1·4 vs 3·2).
+    a, b = 0, 1
+    fit = {(1.0, 0.0, a, a): 4, (1.0, 0.0, b, a): 2, (1.0, 0.0, b, b): 2}
+    score = {(1.0, 0.0, a, a): 3, (1.0, 0.0, a, b): 1, (1.0, 0.0, b, a): 2, (1.0, 0.0, b, b): 2}
+    prior = {a: 1.0, b: 3.0}
+    assert risk.guesses(fit, prior) == {(1.0, 0.0, a): [b, a], (1.0, 0.0, b): [b]}
+    r = risk.reidentification(fit, score, prior, {a})[(1.0, 0.0)]
+    # a's tokens (weight 1): outputs a (3/4) guessed b, b (1/4) guessed b → top1 0; b's (weight 3): a→b ✓, b→b ✓.
+    assert r["top1"] == pytest.approx(3 / 4)
+    assert r["top5"] == pytest.approx((1 * 3 / 4 + 3) / 4)
+    assert r["unchanged"] == pytest.approx((3 / 4 + 3 * 1 / 2) / 4)
+    assert r["sensitive_top1"] == 0.0 and r["sensitive_unchanged"] == pytest.approx(3 / 4)
+    assert r["nw_mean"] == pytest.approx(((4 + 3) + (2 + 2)) / 2)
+
+
+@pytest.fixture(scope="module")
+def small_world():
+    emb = load_default()
+    vocab = select_vocabulary(emb, 2000)
+    words = np.array(sorted(emb.word_index[w] for w in "the of and to in a for is on that by with".split()))
+    prior = {int(w): float(50 - 3 * i) for i, w in enumerate(words)}
+    a = {1.0: geometry(emb.vectors[vocab], 1.0).a}
+    return emb, vocab, words, prior, a, ExactIndex(emb.vectors[vocab])
+
+
+def _halves(items, key, emb, vocab, a, index):
+    fit = compute_counts([it for it in items if it.block == risk.FIT_HALF], key, emb.vectors, vocab, a, index)
+    score = compute_counts([it for it in items if it.block == risk.SCORE_HALF], key, emb.vectors, vocab, a, index)
+    return fit, score
+
+
+def test_held_out_half_is_not_optimistic_and_a_leak_is(small_world):
+    """The held-out estimate agrees with scoring the same fitted attack on many fresh runs; scoring
+    on the fitted half (the leak) overstates the attacker by far at this ε."""
+    emb, vocab, words, prior, a, index = small_world
+    items = plan([3.0], [1.0], words, 8, 50, 4)  # K = 8: 4 runs fit, 4 score
+    assert {it.block for it in items} == {0, 1}
+    fit, score = _halves(items, b"\x01" * 16, emb, vocab, a, index)
+    held_out = risk.reidentification(fit, score, prior)[(3.0, 1.0)]["top1"]
+    leaked = risk.reidentification(fit, fit, prior)[(3.0, 1.0)]["top1"]
+    fresh_items = plan([3.0], [1.0], words, 400, 50, 400)
+    fresh = compute_counts(fresh_items, b"\x02" * 16, emb.vectors, vocab, a, index)
+    reference = risk.reidentification(fit, fresh, prior)[(3.0, 1.0)]["top1"]
+    assert abs(held_out - reference) < 0.1
+    assert leaked > reference + 0.15
+
+
+def test_joint_calibration_picks_the_most_private_point_meeting_the_bounds():
+    points = {
+        (1.0, 0.0): {"utility_loss": 0.20, "reidentification": 0.05},
+        (5.0, 0.0): {"utility_loss": 0.019, "reidentification": 0.30},
+        (5.0, 1.0): {"utility_loss": 0.018, "reidentification": 0.22},
+        (10.0, 1.0): {"utility_loss": 0.005, "reidentification": 0.6},
+    }
+    result = joint_calibrate(points, 0.02, None)
+    assert result["best"] == {"epsilon": 5.0, "lambda": 1.0}  # equal ε: the lower re-identification
+    assert joint_calibrate(points, 0.02, 0.25)["best"] == {"epsilon": 5.0, "lambda": 1.0}
+    assert joint_calibrate(points, 0.02, 0.1)["best"] is None
+    front = {(r["epsilon"], r["lambda"]) for r in result["rows"] if r["frontier"]}
+    assert front == {(1.0, 0.0), (5.0, 1.0), (10.0, 1.0)}  # (5, 0) is beaten by (5, 1) on both axes
+    with pytest.raises(ConfigError, match="at least one joint bound"):
+        joint_calibrate(points, None, None)
+    assert not math.isnan(result["rows"][0]["utility_loss"])
