@@ -5,6 +5,8 @@ Public API (pyspark is needed only by the Spark functions, and imported when cal
     perturb_text(df, columns, epsilon, ...)        the lazy DataFrame → DataFrame transform
     release_vectors(input, output, column, ...)    PrivEmb / M1 vectors release
     privacy_stats(output, epsilons, lambdas, ...)  Nw/Sw statistics
+    evaluate_utility(output, text_column, label_column, input=...)  downstream utility (train/test-time)
+    privacy_risk(output, text_column, input=...)   re-identification risk of a corpus
     PerturbConfig, VectorsConfig, StatsConfig      the configuration models
     load_embeddings, prepare, WordMechanism, sample_noise   the pure-numpy core
 
@@ -20,7 +22,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
+    "EvaluateUtilityConfig": "dpspark.config",
     "PerturbConfig": "dpspark.config",
+    "RiskConfig": "dpspark.config",
     "StatsConfig": "dpspark.config",
     "VectorsConfig": "dpspark.config",
     "Embeddings": "dpspark.embeddings",
@@ -84,6 +88,25 @@ def privacy_stats(output, epsilons, lambdas, runs=100, **settings):  # noqa: ANN
     )
 
 
+def evaluate_utility(output, text_column, label_column, input=None, df=None, **settings):  # noqa: A002, ANN001, ANN201
+    """Downstream utility of perturbed text (train-time and test-time) over a grid of ε and λ,
+    against the non-private baseline, on a labelled Parquet dataset (``input``) or DataFrame
+    (``df``). Writes results, summary.md, plots and a manifest to ``output``; returns the
+    manifest. Settings: ``dpspark.config.EvaluateUtilityConfig`` fields."""
+    from dpspark.spark.utility import evaluate_utility as _evaluate_utility
+
+    return _evaluate_utility(output, text_column, label_column, input=input, df=df, **settings)
+
+
+def privacy_risk(output, text_column, input=None, df=None, **settings):  # noqa: A002, ANN001, ANN201
+    """Re-identification risk of a corpus per (ε, λ): the share of tokens an informed attacker
+    recovers (top-1, top-5), over sensitive words, and released unchanged. Returns the manifest
+    (``results``). Settings: ``dpspark.config.RiskConfig`` fields."""
+    from dpspark.spark.risk import privacy_risk as _privacy_risk
+
+    return _privacy_risk(output, text_column, input=input, df=df, **settings)
+
+
 def release_vectors(input, output, column, epsilon, df=None, **settings):  # noqa: A002, ANN001, ANN201
     """Release private vectors (PrivEmb by default, or ``mechanism="m1"``) of one column of a
     Parquet dataset (or of ``df``); returns the manifest. Settings: VectorsConfig fields."""
@@ -95,7 +118,9 @@ def release_vectors(input, output, column, epsilon, df=None, **settings):  # noq
 
 __all__ = [
     "__version__",
+    "evaluate_utility",
     "perturb_text",
+    "privacy_risk",
     "privacy_stats",
     "release",
     "release_vectors",
