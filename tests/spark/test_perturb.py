@@ -177,3 +177,20 @@ def test_vocabulary_from_corpus_is_explicit_and_warned(spark, tmp_path, caplog, 
     assert words <= set(" ".join(corpus).split())
     m = json.loads((out / "_dpspark_manifest.json").read_text())
     assert "data-dependent" in m["vocabulary"]["source"] and m["vocabulary"]["size"] == 80
+
+
+def test_read_splits_one_task_for_a_tiny_input_several_for_a_large_one(spark, tmp_path, glove):
+    from dpspark.spark import io
+
+    def tasks(path):
+        with io.SqlConf(spark, io.read_splits(spark, path.stat().st_size, None)):
+            return spark.read.parquet(str(path)).rdd.getNumPartitions()
+
+    # 16 KB in one row group: one task (Spark alone would cut it per core, the extra splits empty).
+    assert tasks(SAMPLE) == 1
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(glove.words[:20000], 20)) for _ in range(16_000)]
+    big = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"text": texts}), big, row_group_size=1000)
+    assert big.stat().st_size > 8 * (64 << 10)
+    assert tasks(big) >= 4 * spark.sparkContext.defaultParallelism  # about four per core
