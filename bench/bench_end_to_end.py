@@ -1,0 +1,183 @@
+"""End-to-end `dpspark perturb` in local[2] against the one-core in-process rate, on the same text.
+
+Builds a Parquet file of >= 1,000,000 tokens by resampling the texts of
+examples/reviews.parquet (real English words, punctuation, out-of-vocabulary tokens,
+nulls), in 16 row groups so that Spark can split it over the cores. Then, per repeat,
+back to back so that both see the same load on a shared machine:
+
+  1. in-process, one core: ``TextPerturber.perturb_array`` on 10,000-row batches (Spark's
+     Arrow batch size in dpspark) of the same rows, in a fresh interpreter with one BLAS
+     thread (``--inprocess-tokens`` of them: the rate does not depend on the total);
+  2. end-to-end: ``dpspark perturb --master local[2]`` (the CLI's ``main``) in a fresh
+     process; tokens/s over the manifest's transform_and_write_s (read, perturb, write,
+     commit), whole-process wall and CPU time (driver, JVM, Python workers) beside it.
+
+Both use the settings of conf/perturb.yaml (Mahalanobis λ = 1, ε = 10, 50,000 words,
+exact search). Prints the CPU model, both rates per repeat, their medians and the ratio
+(the target on 2 cores is >= 1.5x), and per repeat the cores each run got and its CPU
+cost per token. On a shared machine the wall-clock ratio says little by itself: Linux
+shares the CPUs between sessions (autogroup), not threads, so while other sessions are
+busy a run of two workers gets no more CPU than a run of one, and the ratio falls to
+the ratio of CPU costs.
+
+    python bench/bench_end_to_end.py [--tokens 1000000] [--repeats 3] [--master local[2]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SETTINGS = ["--epsilon", "10", "--mechanism", "mahalanobis", "--lambda", "1", "--vocab-size", "50000", "--nn", "exact"]
+BATCH_ROWS = 10_000
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def make_input(path: Path, n_tokens: int) -> tuple[int, int]:
+    """Resample the example reviews into ``path`` until they hold ``n_tokens`` tokens; (rows, tokens)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpspark.text import tokenize
+
+    texts = pq.read_table(ROOT / "examples" / "reviews.parquet").column("text").to_pylist()
+    lengths = np.array([len(tokenize(t)[0]) if t else 0 for t in texts])
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(texts), size=int(1.2 * n_tokens / lengths.mean()) + 1)
+    rows = int(np.searchsorted(np.cumsum(lengths[picks]), n_tokens)) + 1
+    picks = picks[:rows]
+    table = pa.table(
+        {
+            "id": np.arange(rows),
+            "text": pa.array([texts[i] for i in picks], pa.string()),
+            "rating": rng.integers(1, 6, rows).astype(np.int32),
+        }
+    )
+    pq.write_table(table, path, row_group_size=-(-rows // 16))
+    return rows, int(lengths[picks].sum())
+
+
+INPROCESS = """
+import json, os, sys, time
+import dpspark  # first: its BLAS kernel choice precedes numpy
+import numpy as np, pyarrow.parquet as pq
+from dpspark.config import PerturbConfig
+from dpspark.prepare import prepare
+path, n_tokens, batch_rows, settings = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+texts = pq.read_table(path, columns=["text"]).column("text").combine_chunks()
+perturber = prepare(PerturbConfig(**settings)).perturber()
+perturber.perturb_array(texts.slice(0, 200), np.random.default_rng(1))  # warm-up: page in the matrices
+rng, tokens, t0, c0 = np.random.default_rng(2), 0, time.perf_counter(), time.process_time()
+for start in range(0, len(texts), batch_rows):
+    tokens += int(perturber.perturb_array(texts.slice(start, batch_rows), rng)[1][:, 0].sum())
+    if tokens >= n_tokens:
+        break
+print(json.dumps({"tokens": tokens, "seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}))
+"""
+
+
+def inprocess(path: Path, n_tokens: int) -> dict:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    settings = {"epsilon": 10.0, "mechanism": "mahalanobis", "lam": 1.0, "vocab_size": 50_000, "nn": "exact"}
+    cmd = [sys.executable, "-c", INPROCESS, str(path), str(n_tokens), str(BATCH_ROWS), json.dumps(settings)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**r, "tokens_per_s": r["tokens"] / r["seconds"]}
+
+
+END_TO_END = """
+import json, os, sys, time
+from pathlib import Path
+from dpspark.cli import main
+
+def cpu(pid):  # CPU seconds of a live process and of its children that have exited
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")
+
+def tree(pid):  # the process and its live descendants (the JVM, the Python daemon and workers)
+    kids = [k for t in Path(f"/proc/{pid}/task").iterdir() for k in (t / "children").read_text().split()]
+    return cpu(pid) + sum(tree(int(k)) for k in kids)
+
+t0 = time.perf_counter()
+assert main(sys.argv[1:]) == 0
+wall = time.perf_counter() - t0
+print(json.dumps({"wall_s": wall, "cpu_s": tree(os.getpid())}))
+"""
+
+
+def end_to_end(path: Path, out: Path, master: str) -> dict:
+    """`dpspark perturb` (the CLI's main, in a fresh process that measures its own CPU tree)."""
+    args = ["perturb", "--input", str(path), "--output", str(out), "--columns", "text", *SETTINGS]
+    cmd = [sys.executable, "-c", END_TO_END, *args, "--master", master, "--quiet"]
+    r = json.loads(subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True).stdout.splitlines()[-1])
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    t = m["timings"]
+    return {
+        "tokens": m["counts"]["tokens"],
+        "transform_and_write_s": t["transform_and_write_s"],
+        "preparation_s": t["preparation_s"],
+        "process_wall_s": r["wall_s"],
+        "process_cpu_s": r["cpu_s"],
+        "tokens_per_s": m["counts"]["tokens"] / t["transform_and_write_s"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=1_000_000, help="tokens of the end-to-end input")
+    ap.add_argument("--inprocess-tokens", type=int, default=200_000, help="tokens perturbed in-process per repeat")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--master", default="local[2]")
+    a = ap.parse_args()
+
+    print(f"CPU: {cpu_model()}; {os.cpu_count()} logical cores; load average {os.getloadavg()[0]:.1f} at start")
+    with tempfile.TemporaryDirectory(prefix="dpspark-e2e-") as tmp:
+        src = Path(tmp) / "reviews_resampled.parquet"
+        rows, tokens = make_input(src, a.tokens)
+        print(f"input: {rows:,} rows, {tokens:,} tokens (examples/reviews.parquet resampled), 16 row groups")
+        one, e2e = [], []
+        for r in range(a.repeats):
+            i = inprocess(src, a.inprocess_tokens)
+            e = end_to_end(src, Path(tmp) / f"out{r}", a.master)
+            one.append(i["tokens_per_s"])
+            e2e.append(e["tokens_per_s"])
+            print(
+                f"  repeat {r + 1}: in-process one core {i['tokens_per_s']:,.0f} tokens/s ({i['tokens']:,} tokens); "
+                f"end-to-end {a.master} {e['tokens_per_s']:,.0f} tokens/s ({e['tokens']:,} tokens in "
+                f"{e['transform_and_write_s']:.1f} s, preparation {e['preparation_s']:.1f} s, whole process "
+                f"{e['process_wall_s']:.1f} s); ratio {e['tokens_per_s'] / i['tokens_per_s']:.2f}x",
+                flush=True,
+            )
+            # CPU seconds say what the wall clock hides on a shared machine: how much of a core
+            # each run got, and what a token costs in CPU (the end-to-end figure includes the
+            # JVM, session start and preparation).
+            print(
+                f"    cores used: in-process {i['cpu_s'] / i['seconds']:.2f}, end-to-end "
+                f"{e['process_cpu_s'] / e['process_wall_s']:.2f}; CPU ms per 1,000 tokens: in-process "
+                f"{1e6 * i['cpu_s'] / i['tokens']:.0f}, end-to-end {1e6 * e['process_cpu_s'] / e['tokens']:.0f}",
+                flush=True,
+            )
+    m1, me = statistics.median(one), statistics.median(e2e)
+    print(f"median: in-process one core {m1:,.0f} tokens/s; end-to-end {a.master} {me:,.0f} tokens/s")
+    print(f"ratio of medians: {me / m1:.2f}x (target on 2 cores: >= 1.5x)")
+    print(f"load average {os.getloadavg()[0]:.1f} at end")
+
+
+if __name__ == "__main__":
+    main()
