@@ -46,7 +46,8 @@ def test_privemb_release(spark, tmp_path, vectors_parquet):
     m = json.loads((out / "_dpspark_manifest.json").read_text())
     assert m["output_dimension"] == 59 and m["input_dimension"] == 300 and "m = ceil" in m["m_formula"]
     assert m["delta"] == 1e-6 and m["beta"] == 0.8 and "Lipschitz" in m["guarantee"]
-    assert pq.read_table(out).schema.field("vec").type == pa.list_(pa.float32())
+    vec_type = pq.read_table(out).schema.field("vec").type  # list child names differ across pyarrow versions
+    assert pa.types.is_list(vec_type) and vec_type.value_type == pa.float32()
 
 
 def test_seeded_release_is_reproducible_and_m1_keeps_d(spark, tmp_path, vectors_parquet):
