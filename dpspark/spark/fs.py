@@ -169,13 +169,18 @@ class FileSystem:
         finally:
             out.close()
         target = self._hadoop(path)[1]
-        if overwrite and fs.exists(target):
-            fs.delete(target, False)
-        if not fs.rename(p, target):  # Hadoop's rename refuses an existing target
-            fs.delete(p, False)
-            if fs.exists(target):
-                raise FileExistsError(path)
-            raise OSError(f"could not write {path}")
+        # Hadoop's rename refuses an existing target. With overwrite, a concurrent writer of the
+        # same file (two partition releases writing the output's manifest) may recreate it between
+        # the delete and the rename: try again, the last writer wins.
+        for _ in range(10 if overwrite else 1):
+            if overwrite and fs.exists(target):
+                fs.delete(target, False)
+            if fs.rename(p, target):
+                return
+        fs.delete(p, False)
+        if fs.exists(target):
+            raise FileExistsError(path)
+        raise OSError(f"could not write {path}")
 
     def write_text(self, path: str, text: str, overwrite: bool = True) -> None:
         self.write_bytes(path, text.encode("utf-8"), overwrite)
