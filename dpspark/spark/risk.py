@@ -45,6 +45,7 @@ from dpspark.rng import new_job_key
 from dpspark.spark import io, resources
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
+from dpspark.spark.stats import mechanism_fields
 from dpspark.spark.transform import quote
 from dpspark.stats import WorkItem, item_counts, plan
 from dpspark.text import decode_strings, tokenize
@@ -284,11 +285,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
                 "sensitive_words_in_corpus": len(sensitive),
             },
             "euclidean_epsilon_factor": {lam: g.euclidean_epsilon(1.0) for lam, g in geos.items()},
-            "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
-            "dimension": emb.dim,
-            "vocabulary": {"size": int(len(vocab_rows)), "source": config.vocab_file or f"first {config.vocab_size}"},
-            "nearest_neighbour": {"method": config.nn, "params": annoy.params() if annoy else {}},
-            "seeded": config.seed is not None,
+            **mechanism_fields(config, emb, vocab_rows, annoy),
             "draws": draws,
             "results": table_rows,
             "files": ["risk.parquet", "summary.md", plot],

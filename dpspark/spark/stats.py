@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -168,6 +169,17 @@ def choose_words(config: StatsConfig, emb: Embeddings, vocab_rows: np.ndarray, s
     )
 
 
+def mechanism_fields(config: Any, emb: Embeddings, vocab_rows: np.ndarray, annoy: AnnoyIndex | None) -> dict:
+    """The manifest's account of the mechanism's public parts (statistics and risk outputs)."""
+    return {
+        "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
+        "dimension": emb.dim,
+        "vocabulary": {"size": int(len(vocab_rows)), "source": config.vocab_file or f"first {config.vocab_size}"},
+        "nearest_neighbour": {"method": config.nn, "params": annoy.params() if annoy else {}},
+        "seeded": config.seed is not None,
+    }
+
+
 def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) -> dict:
     """Compute Nw/Sw for every (ε, λ, word); write per_word.parquet, summaries, plots, manifest.
 
@@ -243,11 +255,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
             "word_rule": rule,
             "euclidean_epsilon_factor": {str(lam): g.euclidean_epsilon(1.0) for lam, g in geos.items()},
             "xi_min": geos[config.lambdas[0]].xi_min,
-            "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
-            "dimension": emb.dim,
-            "vocabulary": {"size": int(len(vocab_rows)), "source": config.vocab_file or f"first {config.vocab_size}"},
-            "nearest_neighbour": {"method": config.nn, "params": annoy.params() if annoy else {}},
-            "seeded": config.seed is not None,
+            **mechanism_fields(config, emb, vocab_rows, annoy),
             "draws": draws,
             "tasks": len(items),
             "timings": {
