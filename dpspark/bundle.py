@@ -31,7 +31,7 @@ import pyarrow as pa
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, default_files, default_words, sha256_of
 from dpspark.errors import EmbeddingError
 from dpspark.mechanisms import WordMechanism
-from dpspark.neighbours import AnnoyIndex, ExactIndex, NeighbourIndex
+from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index
 from dpspark.text import TextPerturber
 
 
@@ -153,7 +153,7 @@ def load_bundle(
         p = settings["nn_params"]
         index = AnnoyIndex(str(d / "index.ann"), vectors.shape[1], p["n_trees"], p["search_k"])
     elif settings.get("nn") == "exact":
-        index = ExactIndex(vectors[rows])
+        index = exact_index(vectors[rows])
     return Resources(settings, vectors, words, word_index, rows, a_by, index)
 
 

@@ -21,7 +21,7 @@ from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.geometry import Geometry, geometry
 from dpspark.mechanisms import WordMechanism
-from dpspark.neighbours import AnnoyIndex, ExactIndex, NeighbourIndex, recall_at_1
+from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index, recall_at_1
 from dpspark.rng import secure_generator
 from dpspark.text import TextPerturber
 
@@ -190,7 +190,7 @@ def prepare(
     timings["covariance_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    exact = ExactIndex(emb.vectors[rows])
+    exact = exact_index(emb.vectors[rows])
     index: NeighbourIndex = exact
     if config.nn == "annoy":
         if workdir is None:
