@@ -440,20 +440,31 @@ def test_scratch_is_removed_after_success_and_failure(spark, capsys, tmp_path, d
     assert sum(p.stat().st_size for p in added) < 2_000_000
 
 
-def test_executor_cache_is_bounded(spark, dataset):
+def test_executor_cache_is_bounded(glove, tmp_path, monkeypatch):
+    """A worker's cache holds at most MAX_BUNDLES bundles and MAX_EMBEDDINGS embeddings, however
+    many runs it serves (a notebook calling perturb_text in a loop), evicting the least recently
+    used. Run as on an executor: bundles found through SparkFiles' worker root directory."""
+    from pyspark import SparkFiles
+
+    from dpspark.bundle import save_bundle
     from dpspark.spark import resources
 
-    df = spark.read.parquet(str(dataset)).coalesce(1)
-    for _ in range(4):
-        dpspark.perturb_text(df, columns="text", epsilon=10, vocab_size=3000).collect()
-
-    def held(_):  # noqa: ANN001, ANN202
-        from dpspark.spark import resources as r
-
-        yield r.cached()
-
-    sizes = spark.sparkContext.parallelize([0], 1).mapPartitions(held).collect()
-    assert all(b <= resources.MAX_BUNDLES and e <= resources.MAX_EMBEDDINGS for b, e in sizes), sizes
+    monkeypatch.setattr(SparkFiles, "_root_directory", str(tmp_path))
+    monkeypatch.setattr(SparkFiles, "_is_running_on_worker", True)
+    monkeypatch.setattr(resources, "_bundles", type(resources._bundles)())
+    monkeypatch.setattr(resources, "_embeddings", type(resources._embeddings)())
+    settings = {"epsilon": 10.0, "oov": "unk", "oov_token": "[UNK]", "layout": "single", "nn": "exact"}
+    names = [f"bundle-{i}" for i in range(2 * resources.MAX_BUNDLES + 1)]
+    for i, name in enumerate(names):
+        save_bundle(tmp_path / name, glove, {**settings, "nn_params": {}}, np.arange(200 + i), {1.0: np.eye(50)})
+        loaded = resources.resources(name)
+        assert loaded.index.size == 200 + i and resources.resources(name) is loaded  # the second call: cached
+        assert resources.cached() == (min(i + 1, resources.MAX_BUNDLES), 1)
+    # Least recently used first out: the newest bundles are held, the first one is not.
+    assert list(resources._bundles) == names[-resources.MAX_BUNDLES :]
+    assert resources.resources(names[-1]) is resources._bundles[names[-1]]
+    # Bundles of one embedding share its word dictionary.
+    assert len({id(b.word_index) for b in resources._bundles.values()}) == 1
 
 
 def test_version_and_quiet(spark, capsys, tmp_path, dataset):
