@@ -65,7 +65,8 @@ def whole(check: Any) -> Any:
         check(cls.construct(**values))
         return values
 
-    run.__qualname__ = f"whole.{check.__qualname__}"
+    # pydantic keeps one root validator per __name__ along the class hierarchy: each check its own.
+    run.__name__, run.__qualname__ = check.__name__, f"whole.{check.__qualname__}"
     return root_validator(skip_on_failure=True, allow_reuse=True)(run)
 
 
