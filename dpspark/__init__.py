@@ -62,8 +62,9 @@ def perturb_text(df, columns, epsilon, **settings):  # noqa: ANN001, ANN201 - py
     return _perturb_text(df, columns=columns, epsilon=epsilon, **settings)
 
 
-def release(df, output, columns, epsilon, **settings):  # noqa: ANN001, ANN201
-    """Write a private release of ``df`` to ``output`` with its manifest and ledger entry.
+def release(df, output=None, columns=None, epsilon=None, **settings):  # noqa: ANN001, ANN201
+    """Write a private release of ``df`` to ``output`` (a path) or ``output_table="catalog.schema.table"``
+    with its manifest and ledger entry.
 
     The same path as ``dpspark perturb``: refuses an output overlapping the input or an
     existing non-dpspark output, refuses re-releases unless ``allow_rerelease=True``,
@@ -107,13 +108,14 @@ def privacy_risk(output, text_column, input=None, df=None, **settings):  # noqa:
     return _privacy_risk(output, text_column, input=input, df=df, **settings)
 
 
-def release_vectors(input, output, column, epsilon, df=None, **settings):  # noqa: A002, ANN001, ANN201
+def release_vectors(input=None, output=None, column=None, epsilon=None, df=None, **settings):  # noqa: A002, ANN001, ANN201
     """Release private vectors (PrivEmb by default, or ``mechanism="m1"``) of one column of a
-    Parquet dataset (or of ``df``); returns the manifest. Settings: VectorsConfig fields."""
+    Parquet dataset (or of ``df``, or ``input_table=``) into ``output`` (or ``output_table=``);
+    returns the manifest. Settings: VectorsConfig fields."""
     from dpspark.spark.vectors import run_release_vectors
 
-    settings = {"input": input, "output": output, "column": column, "epsilon": epsilon, **settings}
-    return run_release_vectors(settings, df=df)
+    given = {"input": input, "output": output, "column": column, "epsilon": epsilon}
+    return run_release_vectors({**{k: v for k, v in given.items() if v is not None}, **settings}, df=df)
 
 
 __all__ = [

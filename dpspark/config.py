@@ -11,6 +11,7 @@ errors into one ``ConfigError`` (exit code 2). ε, λ, δ, β and the seed are c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +43,24 @@ def _sorted_unique(values: list[float], check: Any, example: str) -> list[float]
     if not values:
         raise ValueError(f"the grid is empty: give at least one value, e.g. {example}")
     return sorted({check(v) for v in values})
+
+
+_NAME_PART = re.compile(r"`?([A-Za-z0-9_]+)`?")
+
+
+def table_name_parts(name: str) -> list[str]:
+    """``catalog.schema.table``, ``schema.table`` or ``table`` → its parts (backticks removed).
+
+    Parts are letters, digits and ``_`` (what every metastore accepts); a bad name is a ValueError.
+    """
+    parts = name.split(".")
+    matched = [_NAME_PART.fullmatch(p) for p in parts]
+    if not 1 <= len(parts) <= 3 or not all(m and (p[0] == "`") == (p[-1] == "`") for m, p in zip(matched, parts)):
+        raise ValueError(
+            f"{name!r} is not a table name: expected catalog.schema.table, schema.table or table, each part "
+            "letters, digits and _ (e.g. main.reviews.raw)"
+        )
+    return [m.group(1) for m in matched]
 
 
 def before(*fields: str) -> Any:
@@ -153,9 +172,22 @@ class ReleaseSettings(OutputSettings, SparkSettings):
     """What every release (perturb, release-vectors) shares: paths, ETL partition, ledger, Spark."""
 
     input: str | None = Field(default=None, description="input Parquet file or directory")
+    input_table: str | None = Field(
+        default=None, description="input metastore / Unity Catalog table (catalog.schema.table) instead of --input"
+    )
+    output_table: str | None = Field(
+        default=None,
+        description="output table (catalog.schema.table) instead of --output; its ledger is the table "
+        "<name>__dpspark_ledger beside it",
+    )
+    table_format: str | None = Field(
+        default=None,
+        description="format of a new output table (default: the session's, delta on Databricks, parquet locally)",
+    )
     partition: str | None = Field(
         default=None,
-        description="ETL: release one input partition (e.g. date=2026-11-21) into the same partition of --output",
+        description="ETL: release one input partition (e.g. date=2026-11-21) into the same partition of --output "
+        "(or --output-table)",
     )
     allow_rerelease: bool = Field(
         default=False,
@@ -175,6 +207,19 @@ class ReleaseSettings(OutputSettings, SparkSettings):
 
             parse_spec(v)
         return v
+
+    @after("input_table", "output_table")
+    def _table(cls, v: str | None) -> str | None:
+        if v is not None:
+            table_name_parts(v)
+        return v
+
+    @whole
+    def _one_input_one_output(self) -> None:
+        if self.input and self.input_table:
+            raise ValueError("choose one of input (a path) and input_table (a table)")
+        if self.output and self.output_table:
+            raise ValueError("choose one of output (a path) and output_table (a table)")
 
 
 class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):

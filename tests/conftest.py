@@ -26,6 +26,12 @@ def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # A spark.local.dir of the session's own, so tests can look at what Spark writes there.
     os.environ["SPARK_LOCAL_DIRS"] = tempfile.mkdtemp(prefix="dpspark-test-spark-local-")
+    # Tables of the built-in catalog (tests/spark/test_tables.py) live in a warehouse of the session's own
+    # (a static setting: it must reach the JVM before the session starts).
+    warehouse = tempfile.mkdtemp(prefix="dpspark-test-warehouse-")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (
+        f"--conf spark.sql.warehouse.dir={warehouse} " + os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    )
     from dpspark.spark.session import get_session
 
     session = get_session("local[2]", batch_rows=1000)

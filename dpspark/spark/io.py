@@ -59,12 +59,7 @@ class Paths:
         self.output_given = output
         self.output = fs.resolve(output)
         self.input_given = input
-        if input is not None:
-            self.input = fs.resolve(input)
-        elif input_files:
-            self.input = dataset_root([fs.resolve(f) for f in input_files])
-        else:
-            self.input = None
+        self.input = input_root(fs, input, input_files)
         self.parent, self.name = posixpath.split(self.output.rstrip("/"))
 
     def check_overlap(self) -> None:
@@ -125,18 +120,40 @@ class Paths:
                 if not name.startswith(f"{prefix}{self.name}_"):
                     continue
                 owner = name[len(prefix) + len(self.name) + 1 :].split("_")
-                dead = False
-                if len(owner) >= 3 and owner[-3] == host and owner[-2].isdigit():
-                    try:
-                        os.kill(int(owner[-2]), 0)
-                    except ProcessLookupError:
-                        dead = True
-                    except OSError:
-                        pass
-                if dead or now - mtime > STALE_AFTER_S:
+                if owner_gone(owner, host) or now - mtime > STALE_AFTER_S:
                     self.fs.remove(posixpath.join(self.parent, name))
                     removed.append(name)
         return removed
+
+
+def input_root(fs: FileSystem, input: str | None, input_files: list[str] | None) -> str | None:  # noqa: A002
+    """The resolved input path, else the dataset directory of the input's files, else None."""
+    if input is not None:
+        return fs.resolve(input)
+    return dataset_root([fs.resolve(f) for f in input_files]) if input_files else None
+
+
+def owner_gone(owner: list[str], host: str) -> bool:
+    """True when a temporary named ``…_<host>_<pid>_<run_id>`` belongs to a process of this host
+    that no longer runs (another host's, or an unknown owner's, cannot be told)."""
+    if len(owner) < 3 or owner[-3] != host or not owner[-2].isdigit():
+        return False
+    try:
+        os.kill(int(owner[-2]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
+def check_spec(spec: dict[str, str] | None, keys: list[str]) -> None:
+    """Refuse a partition spec that does not name the input's leading partition columns in order."""
+    if spec is not None and list(spec) != keys[: len(spec)]:
+        raise ConfigError(
+            f"partition {ledger.spec_text(spec)} does not follow the input's partition layout "
+            f"({'/'.join(keys) or 'none'}): name the leading partition columns in order"
+        )
 
 
 def dataset_root(files: list[str]) -> str:

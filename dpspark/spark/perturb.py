@@ -152,15 +152,23 @@ def run_perturb(config: PerturbConfig, spark: SparkSession | None = None, df: Da
     return run_release(PerturbJob(config), df=df, spark=spark)
 
 
-def release(df: DataFrame, output: str, columns: list[str] | str, epsilon: float, **settings: Any) -> dict:
-    """Write a private release of ``df`` to ``output``: the same path as ``dpspark perturb``.
+def release(
+    df: DataFrame,
+    output: str | None = None,
+    columns: list[str] | str | None = None,
+    epsilon: float | None = None,
+    **settings: Any,
+) -> dict:
+    """Write a private release of ``df`` to ``output`` (or ``output_table=``): the same path as
+    ``dpspark perturb``.
 
     Same manifest, ledger, refusals (output overlapping the input, existing output,
     re-release) and atomic commit as the CLI. Settings are PerturbConfig fields
     (mechanism, lam, vocab_size, oov, layout, mode, allow_rerelease, seed, ...).
     Returns the manifest.
     """
-    config = PerturbConfig.parse({"output": output, "columns": columns, "epsilon": epsilon, **settings})
+    given = {"output": output, "columns": columns, "epsilon": epsilon}
+    config = PerturbConfig.parse({**{k: v for k, v in given.items() if v is not None}, **settings})
     return run_perturb(config, spark=df.sparkSession, df=df)
 
 

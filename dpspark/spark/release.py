@@ -3,18 +3,21 @@
 ``run_release(job, df=None)`` takes a job (``dpspark.spark.perturb.PerturbJob`` or
 ``dpspark.spark.vectors.VectorsJob``) through the same steps:
 
-1. **paths**: resolve input and output as Spark does; refuse an output that equals,
-   contains or lies inside the input; refuse an existing output that is not an
-   earlier dpspark release; check the output can be written (before any work);
+1. **paths** (``io.Paths``) or **tables** (``tables.TableOutput``, ``--output-table``): resolve
+   input and output as Spark does; refuse an output that equals, contains or lies inside the
+   input (a table: is the input table, or keeps its files there); refuse an existing output
+   that is not an earlier dpspark release; check the output can be written (before any work);
 2. **ledger**: refuse a release whose records overlap an earlier one, coarser or finer
    partition spec, unless ``allow_rerelease`` (exit 7); a damaged ledger is exit 8;
 3. **read** the input (or take the given DataFrame), partition values as strings;
    **validate** its schema (``job.check``);
 4. **prepare** on the driver (``job.prepare``: embeddings, Σ, A, index, Φ) and ship the bundle;
-5. **transform** and write in one pass into a hidden staging directory, counting only
-   what the output shows (``DataFrame.observe`` on the job's hidden count columns);
+5. **transform** and write in one pass into a hidden staging directory (a staging table for
+   an output table), counting only what the output shows (``DataFrame.observe`` on the job's
+   hidden count columns);
 6. **commit**: manifest, side files and ledger entry into the stage, then move it into
-   place (a full release), or move the partition's directory into the output (ETL).
+   place (a full release), or move the partition's directory into the output (ETL); for an
+   output table: ledger rows first, then one INSERT from the staging table (``tables``).
 
 Whatever fails, the stage, the bundle and the index files are removed and the input
 and the earlier output are as they were.
@@ -27,6 +30,7 @@ import logging
 import posixpath
 import time
 import warnings
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -39,7 +43,7 @@ from dpspark import ledger
 from dpspark.config import ReleaseSettings
 from dpspark.errors import ConfigError, DPSparkError, DPSparkWarning, InputDataError, ReleaseRefusedError
 from dpspark.outputs import to_json
-from dpspark.spark import io
+from dpspark.spark import io, tables
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.transform import count_columns, quote
@@ -79,8 +83,11 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     """Run ``job`` as a release (see the module docstring); return its manifest."""
     c = job.config
     started, t_start = now(), time.time()
-    if not c.output or (df is None and not c.input):
-        raise ConfigError("input and output paths are required (--input PATH --output PATH)")
+    if not (c.output or c.output_table) or (df is None and not (c.input or c.input_table)):
+        raise ConfigError(
+            "an input and an output are required: --input PATH or --input-table TABLE, and --output PATH or "
+            "--output-table TABLE"
+        )
     if df is not None:
         check_stream(df)
     spec = ledger.parse_spec(c.partition)
@@ -90,48 +97,60 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     fs = FileSystem(spark)
     run_id = io.new_run_id()
 
-    # 1. paths
-    input_files = None
-    if df is not None:
+    # 1. paths (or tables)
+    source, keys, input_files = None, [], None
+    if c.input_table:
+        source, keys = tables.read_input(spark, c.input_table, spec)
+    if df is not None or source is not None:
         try:
-            input_files = df.inputFiles()
+            input_files = (source if source is not None else df).inputFiles()
         except Exception:  # noqa: BLE001 - some sources (in-memory, tables on Connect) have no files
             input_files = None
-    paths = io.Paths(fs, c.input, c.output, input_files)
-    paths.check_overlap()
-    existed = paths.check_output(c.mode, partitioned=spec is not None)
+    root = io.input_root(fs, c.input, input_files)
+    if c.output_table:
+        target: io.Paths | tables.TableOutput = tables.TableOutput(
+            spark, fs, c.output_table, c.table_format, c.input_table, root
+        )
+    else:
+        target = io.Paths(fs, c.input, c.output, input_files)
+    table_out = isinstance(target, tables.TableOutput)
+    target.check_overlap()
+    existed = target.check_output(c.mode, partitioned=spec is not None)
 
     # 2. ledger
-    earlier = io.read_ledger(fs, paths.output) if existed else []
+    if table_out:
+        earlier = target.read_ledger()
+    else:
+        earlier = io.read_ledger(fs, target.output) if existed else []
     clash = ledger.overlapping(earlier, spec)
     if clash and not c.allow_rerelease:
         last = clash[-1]
         raise ReleaseRefusedError(
-            f"{ledger.spec_text(spec)} of {c.output} overlaps {len(clash)} earlier release(s) (latest: "
-            f"{ledger.spec_text(last['partition'])}, run {last['run_id']} at {last['finished_at']}, epsilon "
+            f"{ledger.spec_text(spec)} of {c.output or target.output} overlaps {len(clash)} earlier release(s) "
+            f"(latest: {ledger.spec_text(last['partition'])}, run {last['run_id']} at {last['finished_at']}, epsilon "
             f"{last['epsilon']:g}); releasing the same records again spends privacy again (the epsilons add up): "
             "pass --allow-rerelease to do it on purpose"
         )
-    removed = paths.remove_stale()
+    removed = target.remove_stale()
 
     # 3. read and validate
-    if df is None:
-        df = io.read_input(spark, fs, paths.input_given or paths.input, spec)
-        size = fs.size(paths.input + ("/" + ledger.spec_text(spec) if spec else ""))
+    if source is not None:  # an input table
+        df, files = source, input_files or []
+        splits = io.read_splits(spark, fs.size(root), c.partitions) if root else {}
+    elif df is None:
+        df = io.read_input(spark, fs, c.input, spec)
+        size = fs.size(root + ("/" + ledger.spec_text(spec) if spec else ""))
         splits = io.read_splits(spark, size, c.partitions)
         files = df.inputFiles()
+        keys = io.partition_keys(files, root)
     else:
         splits, files = {}, input_files or []
     df = job.check(df)
-    keys = io.partition_keys(files, paths.input) if paths.input and c.input else []
-    if spec is not None and list(spec) != keys[: len(spec)]:
-        raise ConfigError(
-            f"partition {ledger.spec_text(spec)} does not follow the input's partition layout "
-            f"({'/'.join(keys) or 'none'}): name the leading partition columns in order"
-        )
+    io.check_spec(spec, keys)
     log.info(json.dumps({"event": f"{job.command}_started", "run_id": run_id, "partition": ledger.spec_text(spec)}))
 
-    stage = paths.stage_name(run_id)
+    stage = target.stage_name(run_id)
+    save = target.save if table_out else (lambda writer, stage: writer.parquet(stage))
     try:
         # 4. prepare
         t0 = time.perf_counter()
@@ -140,9 +159,12 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
 
         # 5. transform and write (one pass)
         t0 = time.perf_counter()
-        counts = _write(job, df, spark, run_id, stage, keys, splits, paths.input or "the input")
+        counts = _write(job, df, spark, run_id, stage, keys, splits, target.input or "the input", save)
         write_s = time.perf_counter() - t0
-        changed = io.type_changes(fs, files, stage, job.replaced_columns())
+        if table_out:
+            changed = target.type_changes(files, stage, job.replaced_columns())
+        else:
+            changed = io.type_changes(fs, files, stage, job.replaced_columns())
         if changed:
             warnings.warn(
                 "Spark's Parquet mapping changed the type of column(s) "
@@ -170,8 +192,8 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             "run_id": run_id,
             "started_at": started,
             "finished_at": entry["finished_at"],
-            "input": paths.input,
-            "output": paths.output,
+            "input": target.input,
+            "output": target.output,
             "partition": ledger.spec_text(spec) if spec else None,
             **job.manifest_fields(counts),
             "counts": counts,
@@ -193,9 +215,15 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
         }
         manifest["duration_s"] = round(time.time() - t_start, 3)
         manifest["status"] = "succeeded"  # the last key: a reader that sees it sees the whole manifest
-        _commit(fs, paths, stage, spec, existed, earlier, entry, manifest, job.side_files())
+        if table_out:
+            target.commit(stage, keys, spec, existed, entry, manifest, job.side_files())
+        else:
+            _commit(fs, target, stage, spec, existed, earlier, entry, manifest, job.side_files())
     except BaseException:
-        fs.remove(stage)
+        if table_out:
+            target.drop(stage)
+        else:
+            fs.remove(stage)
         raise
     finally:
         job.close()
@@ -214,9 +242,18 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
 
 
 def _write(
-    job: Job, df: DataFrame, spark: SparkSession, run_id: str, stage: str, keys: list[str], splits: dict, source: str
+    job: Job,
+    df: DataFrame,
+    spark: SparkSession,
+    run_id: str,
+    stage: str,
+    keys: list[str],
+    splits: dict,
+    source: str,
+    save: Callable[[Any, str], None],
 ) -> dict[str, int]:
-    """Transform and write into ``stage`` in one pass; return the observed (public) counts."""
+    """Transform and write into ``stage`` (``save(writer, stage)``: Parquet files or a staging
+    table) in one pass; return the observed (public) counts."""
     out, aggregates = job.transform(df, run_id)
     columns = [F.count(F.lit(1)).alias("rows"), *aggregates]
     # pyspark < 4.1 on Spark Connect has no Observation of a write: there the output is persisted and the
@@ -231,7 +268,7 @@ def _write(
         writer = writer.partitionBy(*keys)
     try:
         with io.SqlConf(spark, splits):
-            writer.parquet(stage)
+            save(writer, stage)
             counts = observation.get if observation else {}
             if "rows" not in counts:  # this client reported no metrics (pyspark < 4.1 on Connect)
                 counts = observed.agg(*columns).first().asDict()
