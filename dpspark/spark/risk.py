@@ -42,12 +42,12 @@ from dpspark.geometry import geometry
 from dpspark.neighbours import AnnoyIndex
 from dpspark.prepare import read_word_list
 from dpspark.rng import new_job_key
-from dpspark.spark import io, resources
+from dpspark.spark import io, resources, stats
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.stats import mechanism_fields
 from dpspark.spark.transform import quote
-from dpspark.stats import WorkItem, item_counts, plan
+from dpspark.stats import WorkItem, plan
 from dpspark.text import decode_strings, tokenize
 
 log = logging.getLogger("dpspark")
@@ -56,8 +56,6 @@ PRIVACY_NOTE = (
     "An evaluation for the data owner, not a release: the word frequencies and every share are computed from the "
     "raw corpus. Keep these files with the raw data."
 )
-_ITEMS = "item long, block long, epsilon double, lam double, rows array<long>, runs long"
-_COUNTS = "half long, epsilon double, lam double, word long, output long, count long"
 
 
 def check_text_column(df: DataFrame, column: str) -> None:
@@ -86,25 +84,6 @@ def token_counts(df: DataFrame, column: str) -> dict[str, int]:
     return {r["token"]: int(r["count"]) for r in counted.collect()}
 
 
-def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes) -> Iterator[pa.RecordBatch]:
-    res = resources.resources(bundle)
-    for batch in batches:
-        for row in batch.to_pylist():
-            it = WorkItem(row["item"], row["epsilon"], row["lam"], tuple(row["rows"]), row["runs"], row["block"])
-            pairs = item_counts(it, job_key, res.vectors, res.vocab_rows, res.a_by_lambda[it.lam], res.index)
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array([it.block] * len(pairs), pa.int64()),
-                    pa.array([k[0] for k, _ in pairs], pa.float64()),
-                    pa.array([k[1] for k, _ in pairs], pa.float64()),
-                    pa.array([k[2] for k, _ in pairs], pa.int64()),
-                    pa.array([k[3] for k, _ in pairs], pa.int64()),
-                    pa.array([c for _, c in pairs], pa.int64()),
-                ],
-                names=["half", "epsilon", "lam", "word", "output", "count"],
-            )
-
-
 def _cores(spark: SparkSession) -> int:
     return 8 if is_connect(spark) else spark.sparkContext.defaultParallelism
 
@@ -116,11 +95,9 @@ def shuffle_settings(spark: SparkSession) -> dict[str, str]:
 
 
 def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> DataFrame:
-    """(half, ε, λ, w, u, count): the full word → output count table of the items, summed over items."""
-    rows = [(it.item, it.block, it.epsilon, it.lam, list(it.rows), it.runs) for it in items]
-    df = spark.createDataFrame(rows, _ITEMS).repartition(max(1, min(len(items), 4 * _cores(spark))), "item")
-    counts = df.mapInArrow(lambda b: _item_batches(b, bundle, job_key), _COUNTS)
-    return counts.groupBy("half", "epsilon", "lam", "word", "output").agg(F.sum("count").alias("count"))
+    """(half, ε, λ, w, u, count): the privacy statistics' own word → output counts, per block of runs."""
+    counts = stats.pair_counts(spark, items, job_key, bundle, by_block=True, slices=4 * _cores(spark))
+    return counts.withColumnRenamed("block", "half")
 
 
 def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[tuple[float, float], dict[str, float]]:
@@ -142,10 +119,10 @@ def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[tup
         .select(*[F.col(k).alias(f"g_{k}") for k in [*keys, "output", "word"]], "rank")
     )
     seen = fit.select(*keys, "output").distinct().withColumn("seen", F.lit(True))
-    per_word = Window.partitionBy(*keys, "word")
-    scored = score.join(F.broadcast(prior), "word").withColumn(
-        "share", F.col("f") * F.col("count") / F.sum("count").over(per_word)
-    )
+    # A token's share is f(w)·count(w → u) / (K/2), and every word has K/2 scoring runs (``plan``): the
+    # sums below are of the integers f·count, exact in any partitioning (classic and Spark Connect give
+    # the same bits), and ``risk.finish`` divides them.
+    scored = score.join(F.broadcast(prior), "word").withColumn("share", F.col("f").cast("long") * F.col("count"))
     # The rank of the true word among the guesses for its output (null: not among them).
     match = [scored[k] == guesses[f"g_{k}"] for k in [*keys, "output", "word"]]
     scored = scored.join(guesses, match, "left").join(seen, [*keys, "output"], "left")
@@ -154,9 +131,9 @@ def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[tup
     hits = [rank == 1, rank <= top, F.col("output") == F.col("word")]
     sens = F.col("sensitive")
     sums = [F.sum("share")]
-    sums += [F.sum(F.when(h, F.col("share")).otherwise(0.0)) for h in hits]
-    sums += [F.sum(F.when(sens, F.col("share")).otherwise(0.0))]
-    sums += [F.sum(F.when(sens & h, F.col("share")).otherwise(0.0)) for h in hits]
+    sums += [F.sum(F.when(h, F.col("share")).otherwise(0)) for h in hits]
+    sums += [F.sum(F.when(sens, F.col("share")).otherwise(0))]
+    sums += [F.sum(F.when(sens & h, F.col("share")).otherwise(0)) for h in hits]
     rows = scored.groupBy(*keys).agg(*[s.alias(f"s{i}") for i, s in enumerate(sums)]).collect()
     nw = (
         counts.groupBy(*keys, "word")
@@ -168,7 +145,7 @@ def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[tup
     nw_by = {(r["epsilon"], r["lam"]): r["nw_mean"] for r in nw}
     return {
         (r["epsilon"], r["lam"]): risk.finish(
-            [r[f"s{i}"] or 0.0 for i in range(len(sums))], nw_by[(r["epsilon"], r["lam"])]
+            [r[f"s{i}"] or 0 for i in range(len(sums))], nw_by[(r["epsilon"], r["lam"])]
         )
         for r in rows
     }

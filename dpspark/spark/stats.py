@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import Accumulator, AccumulatorParam
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 import dpspark
 from dpspark import report
@@ -104,27 +104,43 @@ def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, b
         return counts.map(_nw_sw).reduceByKey(_add3).collectAsMap()
 
 
-_ITEMS = "item long, epsilon double, lam double, rows array<long>, runs long"
-_COUNTS = "epsilon double, lam double, word long, output long, count long"
+_ITEMS = "item long, block long, epsilon double, lam double, rows array<long>, runs long"
+_COUNTS = "block long, epsilon double, lam double, word long, output long, count long"
 
 
 def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes) -> Iterator[pa.RecordBatch]:
     res = resources.resources(bundle)
     for batch in batches:
         for row in batch.to_pylist():
-            it = WorkItem(row["item"], row["epsilon"], row["lam"], tuple(row["rows"]), row["runs"])
+            it = WorkItem(row["item"], row["epsilon"], row["lam"], tuple(row["rows"]), row["runs"], row["block"])
             pairs = item_counts(it, job_key, res.vectors, res.vocab_rows, res.a_by_lambda[it.lam], res.index)
             keys = [k for k, _ in pairs]
             yield pa.RecordBatch.from_arrays(
                 [
+                    pa.array([it.block] * len(pairs), pa.int64()),
                     pa.array([k[0] for k in keys], pa.float64()),
                     pa.array([k[1] for k in keys], pa.float64()),
                     pa.array([k[2] for k in keys], pa.int64()),
                     pa.array([k[3] for k in keys], pa.int64()),
                     pa.array([c for _, c in pairs], pa.int64()),
                 ],
-                names=["epsilon", "lam", "word", "output", "count"],
+                names=["block", "epsilon", "lam", "word", "output", "count"],
             )
+
+
+def pair_counts(
+    spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str, by_block: bool = False, slices: int = 64
+) -> DataFrame:
+    """(ε, λ, w, ŵ, count) summed over the items, with DataFrames only (no SparkContext); with
+    ``by_block`` also per block of runs, (block, ε, λ, w, ŵ, count). Item i draws the noise keyed by
+    (job key, i) wherever it runs: any number of ``slices`` gives the same counts."""
+    from pyspark.sql import functions as F
+
+    rows = [(it.item, it.block, it.epsilon, it.lam, list(it.rows), it.runs) for it in items]
+    df = spark.createDataFrame(rows, _ITEMS).repartition(max(1, min(len(items), slices)), "item")
+    counts = df.mapInArrow(lambda b: _item_batches(b, bundle, job_key), _COUNTS)
+    keys = ["block"] * by_block + ["epsilon", "lam", "word", "output"]
+    return counts.groupBy(*keys).agg(F.sum("count").alias("count"))
 
 
 def dataframe_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
@@ -132,11 +148,7 @@ def dataframe_per_word(spark: SparkSession, items: list[WorkItem], job_key: byte
     noise (keyed by job key and item number), grouped with ``groupBy``; equal results."""
     from pyspark.sql import functions as F
 
-    rows = [(it.item, it.epsilon, it.lam, list(it.rows), it.runs) for it in items]
-    slices = max(1, min(len(items), 64))
-    df = spark.createDataFrame(rows, _ITEMS).repartition(slices, "item")
-    counts = df.mapInArrow(lambda b: _item_batches(b, bundle, job_key), _COUNTS)
-    pairs = counts.groupBy("epsilon", "lam", "word", "output").agg(F.sum("count").alias("count"))
+    pairs = pair_counts(spark, items, job_key, bundle)
     same = F.when(F.col("output") == F.col("word"), F.col("count")).otherwise(F.lit(0))
     per_word = pairs.groupBy("epsilon", "lam", "word").agg(
         F.sum(same).alias("nw"), F.count(F.lit(1)).alias("sw"), F.sum("count").alias("runs")

@@ -131,10 +131,16 @@ def labelled_frame(df: DataFrame, config: EvaluateUtilityConfig, keys: list[str]
         F.coalesce(F.col(quote(config.text_column)), F.lit("")).alias(TEXT),
         index[F.col(quote(config.label_column)).cast("string")].alias(LABEL),
     )
-    if is_connect(df.sparkSession):  # no RDD to count partitions: leave them as read
-        return out
     tasks = max(1, math.ceil(rows / ROWS_PER_TASK))
-    return out.coalesce(tasks) if out.rdd.getNumPartitions() > tasks else out
+    return out.coalesce(tasks) if num_partitions(out) > tasks else out
+
+
+def num_partitions(df: DataFrame) -> int:
+    """The DataFrame's partitions; on Spark Connect (no RDD) the highest partition id of a row, plus one."""
+    if not is_connect(df.sparkSession):
+        return df.rdd.getNumPartitions()
+    last = df.select(F.spark_partition_id().alias("p")).agg(F.max("p")).first()[0]
+    return 1 if last is None else last + 1
 
 
 def split(df: DataFrame, config: EvaluateUtilityConfig, values: list[Any], rows: int) -> tuple[DataFrame, DataFrame]:

@@ -166,3 +166,75 @@ def test_release_vectors_and_calibrate_through_connect(connect_url, tmp_path):
     m = json.loads((vectors / "_dpspark_manifest.json").read_text())
     assert m["status"] == "succeeded" and m["spark"]["master"] == "spark connect"
     assert json.loads((calibrated / "_dpspark_manifest.json").read_text())["status"] == "succeeded"
+
+
+def cli_through_connect(args: list[str], connect_url: str) -> None:
+    args = [*args, "--remote", connect_url]
+    done = run_isolated(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_privacy_risk_through_connect_equals_classic(connect_url, spark, tmp_path):
+    """No SparkContext on Connect: the statistics' DataFrame counts and the DataFrame attack give the
+    classic run's shares to the bit for a seed (integer sums: no float summation order to differ)."""
+    sensitive = tmp_path / "sensitive.txt"
+    sensitive.write_text("springfield\ntom\nbaker\n", encoding="utf-8")
+    common = ["privacy-risk", "--input", str(SAMPLE), "--text-column", "text", "--epsilons", "5,20", "--lambdas", "1"]
+    common += ["--runs", "4", "--vocab-size", "2000", "--max-words", "60", "--sensitive-words", str(sensitive)]
+    common += ["--seed", "5", "--quiet"]
+    cli_through_connect([*common, "--output", str(tmp_path / "connect")], connect_url)
+    from dpspark.cli import main
+
+    assert main([*common, "--output", str(tmp_path / "classic")]) == 0
+    import pyarrow.parquet as pq
+
+    connect, classic = (pq.read_table(tmp_path / d / "risk.parquet") for d in ("connect", "classic"))
+    assert connect.num_rows == 2 and connect.equals(classic)
+    shares = connect.to_pylist()
+    assert all(0 <= r["top1"] <= r["top5"] <= 1 and 0 <= r["sensitive_top1"] <= 1 for r in shares)
+    by = {(r["epsilon"], r["lambda"]): r for r in shares}
+    assert by[(20.0, 1.0)]["top1"] > by[(5.0, 1.0)]["top1"]  # less noise, more recovered
+    m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["corpus"]["words_measured"] == 60 and m["draws"] == 2 * 60 * 4
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """The first 120 SMS messages (ham and spam) as a labelled Parquet file."""
+    from dpspark.evaluation.datasets import sms_spam
+
+    return sms_spam(tmp_path_factory.mktemp("sms"), rows=120)
+
+
+def test_evaluate_utility_through_connect_equals_classic(connect_url, spark, labelled, tmp_path):
+    """pyspark.ml's classic API runs on Spark Connect (pyspark 4): the same split, the same noise and
+    MLlib's deterministic L-BFGS fit give the classic run's metrics to the bit for a seed."""
+    common = ["evaluate-utility", "--input", labelled, "--text-column", "text", "--label-column", "label"]
+    common += ["--epsilons", "10", "--lambdas", "1", "--repeats", "1", "--vocab-size", "2000", "--seed", "2"]
+    common += ["--quiet"]
+    cli_through_connect([*common, "--output", str(tmp_path / "connect")], connect_url)
+    from dpspark.cli import main
+
+    assert main([*common, "--output", str(tmp_path / "classic")]) == 0
+    import pyarrow.parquet as pq
+
+    connect, classic = (pq.read_table(tmp_path / d / "results.parquet") for d in ("connect", "classic"))
+    assert connect.num_rows == 3 and connect.equals(classic)
+    (base,) = [r for r in connect.to_pylist() if r["mode"] == "baseline"]
+    assert base["accuracy"] > 0.85 and base["auc"] > 0.9
+    m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["rows"]["train"] + m["rows"]["test"] == 120
+
+
+def test_embedding_model_through_connect(connect_url, labelled, tmp_path):
+    """The mean-embedding features (mapInArrow over the shipped bundle, array_to_vector) on Connect."""
+    args = ["evaluate-utility", "--input", labelled, "--text-column", "text", "--label-column", "label"]
+    args += ["--model", "embedding-logreg", "--mode", "test-time", "--epsilons", "1000", "--lambdas", "1"]
+    args += ["--repeats", "1", "--vocab-size", "2000", "--seed", "2", "--quiet", "--output", str(tmp_path / "e")]
+    cli_through_connect(args, connect_url)
+    import pyarrow.parquet as pq
+
+    rows = {r["mode"]: r for r in pq.read_table(tmp_path / "e" / "results.parquet").to_pylist()}
+    assert set(rows) == {"baseline", "test-time"}
+    assert rows["baseline"]["accuracy"] > 0.8 and rows["baseline"]["auc"] > 0.8
+
