@@ -217,3 +217,25 @@ def test_release_vectors_table_to_table(spark, schema, capsys):
     files = [r for r in ledger_rows(spark, out) if r["kind"] == "file"]
     assert [r["name"] for r in files] == ["_dpspark_projection.npy"]
     assert tables.manifest_of(spark, out)["output_dimension"] == 3
+
+
+def test_etl_partition_of_a_table_into_a_path(spark, schema, reviews, tmp_path, capsys):
+    src, out = f"{schema}.events", tmp_path / "out"
+    spark.table(reviews).write.partitionBy("date").saveAsTable(src)
+    args = ["--input-table", src, "--output", str(out), "--partition", "date=2026-11-20"]
+    assert perturb(*args) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("date=")) == ["date=2026-11-20"]
+    assert spark.read.parquet(str(out)).count() == 250
+    assert perturb(*args) == 7
+    assert "overlaps 1 earlier release" in capsys.readouterr().err
+
+
+def test_table_settings_in_yaml(tmp_path):
+    from dpspark.config import PerturbConfig, VectorsConfig
+
+    conf = tmp_path / "perturb.yaml"
+    conf.write_text("input-table: main.raw.reviews\noutput_table: main.shared.reviews\nepsilon: 10\n")
+    c = PerturbConfig.from_sources(str(conf), {"partition": "date=2026-11-21"})
+    assert (c.input_table, c.output_table, c.input, c.output) == ("main.raw.reviews", "main.shared.reviews", None, None)
+    with pytest.raises(dpspark.ConfigError, match="choose one of output"):
+        VectorsConfig.parse({"column": "v", "epsilon": 1, "output": "/x", "output_table": "t"})
