@@ -15,6 +15,9 @@ namespace that holds local stand-ins for what Databricks provides:
   DataFrame as is, anything else unchanged);
 - ``displayHTML(html)``: records the HTML string.
 
+No ``sc``: serverless and standard access mode notebooks have no SparkContext, and the
+notebooks here must run there (``tests/connect`` runs them on a Spark Connect session).
+
     from dpspark.notebook_runner import run_notebook
     result = run_notebook("notebooks/perturb_text.py", {"epsilon": "5", "output": "/tmp/x"})
     result["displayed"][0]          # a pandas DataFrame
@@ -164,10 +167,6 @@ def run_notebook(path: str | Path, widgets: dict[str, Any] | None = None, spark:
         "display": display,
         "displayHTML": display_html,
     }
-    try:
-        namespace["sc"] = spark.sparkContext
-    except Exception:  # Spark Connect sessions have no SparkContext
-        pass
     for number, cell in enumerate(parse_cells(text), start=1):
         source = python_source(cell)
         if not source.strip():

@@ -238,3 +238,46 @@ def test_embedding_model_through_connect(connect_url, labelled, tmp_path):
     assert set(rows) == {"baseline", "test-time"}
     assert rows["baseline"]["accuracy"] > 0.8 and rows["baseline"]["auc"] > 0.8
 
+
+def test_notebooks_through_connect(connect_url, labelled, tmp_path):
+    """Serverless and standard access mode: every notebook runs on a Spark Connect session, where
+    there is no SparkContext and no RDD (the runner gives no ``sc`` either), and publishes through
+    the library's release calls."""
+    notebooks = SAMPLE.parents[1] / "notebooks"
+    runs = {
+        "perturb_text.py": {"input": str(SAMPLE), "output": str(tmp_path / "text"), "epsilon": "10"},
+        "privacy_stats.py": {"output": str(tmp_path / "stats"), "runs": "6", "words": "20"},
+        "release_vectors.py": {"input": str(SAMPLE), "output": str(tmp_path / "vectors"), "epsilon": "5"},
+        "privacy_utility.py": {
+            **{"input": labelled, "output": str(tmp_path / "pu"), "epsilons": "50", "lambdas": "1", "repeats": "1"},
+            **{"vocab_size": "500", "runs": "4", "max_utility_loss": "0.05", "max_reidentification": "0.99"},
+        },
+    }
+    code = f"""
+import json
+from pyspark.sql import SparkSession
+from dpspark.notebook_runner import run_notebook
+spark = SparkSession.builder.remote({connect_url!r}).getOrCreate()
+shown = {{}}
+for name, widgets in {runs!r}.items():
+    result = run_notebook({str(notebooks)!r} + "/" + name, widgets, spark=spark)
+    assert "sc" not in result["namespace"]
+    shown[name] = len(result["displayed"])
+print(json.dumps(shown))
+"""
+    done = run_isolated(code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = json.loads(done.stdout.strip().splitlines()[-1])
+    assert shown == {"perturb_text.py": 2, "privacy_stats.py": 2, "release_vectors.py": 2, "privacy_utility.py": 3}
+    import pyarrow.parquet as pq
+
+    text = json.loads((tmp_path / "text" / "_dpspark_manifest.json").read_text())
+    assert text["status"] == "succeeded" and text["spark"]["master"] == "spark connect"
+    assert text["counts"]["rows"] == 500
+    assert len(list((tmp_path / "text" / "_dpspark_ledger").glob("*.json"))) == 1  # dpspark.release's ledger entry
+    assert pq.read_table(tmp_path / "stats" / "per_word.parquet").num_rows == 2 * 2 * 20  # ε {5, 10} × λ {0, 1}
+    vectors = json.loads((tmp_path / "vectors" / "_dpspark_manifest.json").read_text())
+    assert vectors["status"] == "succeeded" and vectors["spark"]["master"] == "spark connect"
+    for report in ("utility", "risk"):
+        assert json.loads((tmp_path / "pu" / report / "_dpspark_manifest.json").read_text())["status"] == "succeeded"
+    assert (tmp_path / "pu" / "calibration" / "frontier.csv").is_file()

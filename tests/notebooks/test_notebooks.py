@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +35,14 @@ def test_notebook_format(name):
     assert pip and cells[pip[0] + 1].strip() == "dbutils.library.restartPython()"
     assert not python_source(cells[pip[0]]).strip() and not python_source(cells[pip[0] + 1]).strip()
     assert "dbutils.widgets.get(" in text
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.py")))
+def test_notebooks_need_no_spark_context(name):
+    """Serverless and standard access mode have no SparkContext: no ``sc``, RDD or JVM handle in any
+    cell (tests/connect runs every notebook on a Spark Connect session)."""
+    code = "\n".join(python_source(c) for c in parse_cells((NOTEBOOKS / name).read_text(encoding="utf-8")))
+    assert not re.findall(r"\bsc\b|\.rdd\b|sparkContext|_jvm|_jsc", code)
 
 
 def test_perturb_text_notebook(spark, tmp_path):
