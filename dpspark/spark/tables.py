@@ -168,6 +168,8 @@ class TableOutput:
                 f"output table {self.given} exists and is not a dpspark release (no table property {MARK}): "
                 "dpspark replaces only its own earlier outputs; choose a new --output-table"
             )
+        if not exists:
+            self._probe()
         if self.exists(self.ledger_table):
             names = tuple(f.name for f in self.spark.table(self.ledger_table).schema.fields)
             if names != LEDGER_COLUMNS:
@@ -177,6 +179,21 @@ class TableOutput:
                     "--output-table"
                 )
         return exists
+
+    def _probe(self) -> None:
+        """Create and drop an empty table beside the output: refused rights fail here, before any work."""
+        probe = ident(self.catalog, self.schema, f"{io.TMP_PREFIX}{self.name}_{_host()}_{os.getpid()}_probe")
+        try:
+            self.save(self.spark.createDataFrame([], "x int").write.mode("error"), probe)
+        except Exception as exc:  # noqa: BLE001 - AnalysisException, permission errors of the catalog
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and "occurred while calling" not in ln]
+            first = lines[0] if lines else type(exc).__name__
+            raise OutputError(
+                f"output table {self.given} cannot be created in {ident(self.catalog, self.schema)}: {first[:300]}; "
+                "check --table-format, and that you may create tables in that schema"
+            ) from None
+        finally:
+            self.drop(probe)
 
     def _properties(self) -> dict[str, str]:
         return {r[0]: r[1] for r in self.spark.sql(f"SHOW TBLPROPERTIES {self.output}").collect()}

@@ -188,6 +188,8 @@ def test_bad_tables_are_refused_before_anything_is_created(spark, schema, review
     assert "does not exist" in capsys.readouterr().err
     assert perturb("--input-table", reviews, "--output-table", "no_schema_here.t") == 5
     assert "schema `spark_catalog`.`no_schema_here` does not exist" in capsys.readouterr().err
+    assert perturb("--input-table", reviews, "--output-table", f"{schema}.o", "--table-format", "no_such_format") == 5
+    assert "cannot be created" in (err := capsys.readouterr().err) and "no_such_format" in err
     assert perturb("--input-table", reviews, "--input", str(SAMPLE), "--output-table", f"{schema}.o") == 2
     assert "choose one of input" in capsys.readouterr().err
     assert perturb("--input-table", reviews) == 2
