@@ -192,7 +192,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             "run_id": run_id,
             "started_at": started,
             "finished_at": entry["finished_at"],
-            "input": target.input,
+            "input": tables.ident(*tables.qualify(spark, c.input_table)) if c.input_table else target.input,
             "output": target.output,
             "partition": ledger.spec_text(spec) if spec else None,
             **job.manifest_fields(counts),

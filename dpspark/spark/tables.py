@@ -128,7 +128,7 @@ class TableOutput:
         self.output = ident(self.catalog, self.schema, self.name)
         self.ledger_table = ident(self.catalog, self.schema, self.name + LEDGER_SUFFIX)
         self.input_table = ident(*qualify(spark, input_table)) if input_table else None
-        self.input = input_table and self.input_table or input_root
+        self.input = self.input_table or input_root
         self.input_root = input_root
 
     def exists(self, table: str | None = None) -> bool:

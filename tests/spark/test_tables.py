@@ -6,6 +6,7 @@ Each test works in a schema of its own, dropped after it.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -104,6 +105,8 @@ def test_python_api_from_a_table_and_path_to_table(spark, schema, reviews, tmp_p
     assert spark.table(f"{schema}.from_path").schema == spark.read.parquet(str(SAMPLE)).schema
     assert perturb("--input-table", reviews, "--output", str(tmp_path / "to_path")) == 0
     assert spark.read.parquet(str(tmp_path / "to_path")).count() == 500
+    manifest = json.loads((tmp_path / "to_path" / "_dpspark_manifest.json").read_text())
+    assert manifest["input"] == f"`spark_catalog`.`{schema}`.`reviews`"
 
 
 def test_etl_partition_of_a_table_and_the_ledger(spark, schema, reviews, capsys):
