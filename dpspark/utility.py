@@ -126,7 +126,8 @@ def summarise(rows: list[dict], metrics: Sequence[str]) -> list[dict]:
     """One row per (mode, ε, λ): for each metric its mean, 95% CI (low, high) over the repeats.
 
     ``rows``: the results, one per (mode, ε, λ, repeat), with the metric values; the
-    baseline row has mode ``baseline`` and ε = λ = None.
+    baseline row has mode ``baseline`` and ε = λ = None. Every metric lies in [0, 1], so
+    the t-interval (which with R = 3 can pass those limits) is clipped to it.
     """
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -135,7 +136,8 @@ def summarise(rows: list[dict], metrics: Sequence[str]) -> list[dict]:
     for (mode, e, lam), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)):
         s: dict = {"mode": mode, "epsilon": e, "lambda": lam, "repeats": len(rs)}
         for m in metrics:
-            s[f"{m}_mean"], s[f"{m}_low"], s[f"{m}_high"] = mean_ci([r[m] for r in rs])
+            mean, low, high = mean_ci([r[m] for r in rs])
+            s[f"{m}_mean"], s[f"{m}_low"], s[f"{m}_high"] = mean, max(low, 0.0), min(high, 1.0)
         out.append(s)
     return out
 
@@ -180,7 +182,35 @@ def summary_md(summary: list[dict], metrics: Sequence[str], title: str, notes: S
                     )
                 lines.append(f"| {lam:g} | " + " | ".join(cells) + " |")
             lines.append("")
+    lines += against_laplace(summary, metrics)
     return "\n".join(lines)
+
+
+def separated(a: dict, b: dict, metric: str) -> bool:
+    """Whether the 95% CIs of ``metric`` in two summary rows do not overlap (Xu et al. §5's
+    test of a significant difference: comparing the intervals)."""
+    return a[f"{metric}_high"] < b[f"{metric}_low"] or b[f"{metric}_high"] < a[f"{metric}_low"]
+
+
+def against_laplace(summary: list[dict], metrics: Sequence[str]) -> list[str]:
+    """Markdown lines: for each mode and λ > 0, the (metric, ε) whose 95% CI does not overlap the
+    Laplace mechanism's (λ = 0) at the same ε; Xu et al.'s claim is that there are none. No
+    lines when the grid has no λ = 0 or nothing else."""
+    lines = []
+    for mode in MODES:
+        by = {(s["epsilon"], s["lambda"]): s for s in summary if s["mode"] == mode}
+        eps = sorted({e for e, _ in by})
+        for lam in sorted({lam for _, lam in by if lam}):
+            diffs = [
+                f"{m} at ε = {e:g} ({by[(e, lam)][f'{m}_mean']:.4f} vs {by[(e, 0.0)][f'{m}_mean']:.4f})"
+                for m in metrics
+                for e in eps
+                if (e, lam) in by and (e, 0.0) in by and separated(by[(e, lam)], by[(e, 0.0)], m)
+            ]
+            lines.append(f"- {mode}, λ = {lam:g}: " + ("; ".join(diffs) or "none: every interval overlaps"))
+    if not lines or not any(lam == 0.0 for s in summary for lam in [s["lambda"]]):
+        return []
+    return ["## Each λ against Laplace (λ = 0): 95% CIs that do not overlap", "", *lines, ""]
 
 
 def _figure(rows: int, cols: int, figsize: tuple[float, float]):  # noqa: ANN202

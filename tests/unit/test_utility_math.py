@@ -56,6 +56,28 @@ def test_summary_table_rows_lambda_columns_epsilon():
     assert "| λ \\ ε | 1 | 10 |" in md and "| 1 | 0.8300 (" in md and "baseline 0.9800" in md
     loss = utility.utility_loss(summary, "accuracy")
     assert loss[(10.0, 0.0)] == pytest.approx(0.98 - 0.92)
+    # λ = 1 equals λ = 0 here: every interval overlaps.
+    assert "- train-time, λ = 1: none: every interval overlaps" in md
+
+
+def test_against_laplace_names_the_separated_intervals_and_clips_them():
+    rows = [{"mode": "baseline", "epsilon": None, "lambda": None, "repeat": 0, "accuracy": 0.98}]
+    for lam, values in ((0.0, (0.90, 0.91, 0.92)), (1.0, (0.80, 0.81, 0.82))):
+        rows += [
+            {"mode": "test-time", "epsilon": 5.0, "lambda": lam, "repeat": r, "accuracy": v}
+            for r, v in enumerate(values)
+        ]
+    rows += [
+        {"mode": "test-time", "epsilon": 9.0, "lambda": 1.0, "repeat": r, "accuracy": v}
+        for r, v in enumerate((0.5, 1, 1))
+    ]
+    summary = utility.summarise(rows, ["accuracy"])
+    assert max(s["accuracy_high"] for s in summary) == 1.0 and min(s["accuracy_low"] for s in summary) >= 0.0
+    md = utility.summary_md(summary, ["accuracy"], "t")
+    assert "- test-time, λ = 1: accuracy at ε = 5 (0.8100 vs 0.9100)" in md
+    # Without λ = 0 in the grid there is nothing to compare with.
+    only = [s for s in summary if s["lambda"] != 0.0]
+    assert "against Laplace" not in utility.summary_md(only, ["accuracy"], "t")
 
 
 def test_reidentification_by_hand():
