@@ -7,6 +7,7 @@ Each test works in a schema of its own, dropped after it.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -96,6 +97,11 @@ def test_table_in_table_out(spark, schema, reviews, capsys):
     assert tables.manifest_of(spark, out)["ledger"]["epsilon_spent"][0]["epsilon_at_most"] == 20.0
     assert names(spark, schema) == ["reviews", "reviews_private", "reviews_private__dpspark_ledger"]
 
+    # A dropped output table leaves its ledger: those records were published.
+    spark.sql(f"DROP TABLE {out}")
+    assert perturb("--input-table", reviews, "--output-table", out) == 7
+    assert names(spark, schema) == ["reviews", "reviews_private__dpspark_ledger"]
+
 
 def test_python_api_from_a_table_and_path_to_table(spark, schema, reviews, tmp_path):
     m = dpspark.release(spark.table(reviews), output_table=f"{schema}.api", columns="text", epsilon=10, vocab_size=3000)
@@ -178,8 +184,13 @@ def test_output_table_equal_to_input_is_refused(spark, schema, reviews, capsys):
     # The same files reached as a DataFrame (Python API): refused by location.
     with pytest.raises(dpspark.ConfigError, match="overlaps the input"):
         dpspark.release(spark.table(reviews), output_table=reviews, columns="text", epsilon=10, mode="overwrite")
+    # A path output inside the input table's files: refused as for a path input.
+    where = tables.location(spark, reviews)
+    assert perturb("--input-table", reviews, "--output", f"{where}/private") == 2
+    assert "lies inside the input" in capsys.readouterr().err
     assert rows(spark, reviews) == before
     assert names(spark, schema) == ["reviews"]
+    assert not any("private" in p for p in os.listdir(where.removeprefix("file:")))
 
 
 def test_bad_tables_are_refused_before_anything_is_created(spark, schema, reviews, capsys):
