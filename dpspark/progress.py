@@ -56,6 +56,7 @@ class Progress:
         self.label, self.total, self.unit = label, total, unit
         self.started = time.monotonic()
         self.lines: list[str] = []
+        self.finished = False
 
     def line(self, done: int, fraction: float) -> str:
         elapsed = time.monotonic() - self.started
@@ -67,6 +68,11 @@ class Progress:
         return text
 
     def report(self, done: int, fraction: float) -> None:
+        """Log the line for (done, fraction) unless it repeats the last one, or the work was
+        already reported finished (the watcher's last poll and the caller's may both see it)."""
+        if self.finished:
+            return
+        self.finished = done >= self.total and fraction >= 1
         text = self.line(done, fraction)
         if not self.lines or self.lines[-1] != text:
             self.lines.append(text)

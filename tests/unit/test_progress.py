@@ -23,3 +23,12 @@ def test_watching_reports_while_running_and_at_the_end(caplog):
     assert p.lines[-1].startswith("calibrate: 3/3 grid points done, 0 left (took ")
     assert any(" 1/3 " in line or " 2/3 " in line for line in p.lines[:-1])  # seen during the work
     assert [r.getMessage() for r in caplog.records] == p.lines  # each distinct line logged once
+
+
+def test_the_finished_line_is_reported_once():
+    p = Progress("job", 2)
+    p.report(1, 0.5)
+    p.report(2, 1.0)
+    p.started -= 5  # a later second: the same state, another "took" figure
+    p.report(2, 1.0)  # the watcher's last poll and the caller's final report
+    assert len(p.lines) == 2 and "took" in p.lines[-1]
