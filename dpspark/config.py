@@ -150,6 +150,11 @@ class EmbeddingSettings(Settings):
         default="auto", description=f"one of {', '.join(FORMATS)}"
     )
     embeddings_words: str | None = Field(default=None, description="word list for .npy embeddings")
+    embeddings_dir: str | None = Field(
+        default=None,
+        description="a directory every executor reads at the same path (/Volumes/..., /dbfs/..., NFS): a user "
+        "embedding is stored there once and memory-mapped, not shipped with every job",
+    )
     vocab_size: int = Field(default=50_000, ge=2, description="output vocabulary: the first N words (50000)")
     vocab_file: str | None = Field(default=None, description="output vocabulary: a public word list, one per line")
 
@@ -293,6 +298,11 @@ class VectorsConfig(ReleaseSettings):
     dim: int | None = Field(default=None, ge=1, description="m, overriding the formula")
     mechanism: Literal["privemb", "m1"] = Field(default="privemb", description="privemb (default) or m1")
     embeddings: str = Field(default=DEFAULT_EMBEDDINGS, description="for text columns: glove-6b-50d or a path")
+    embeddings_dir: str | None = Field(
+        default=None,
+        description="a directory every executor reads at the same path (/Volumes/..., /dbfs/..., NFS): a user "
+        "embedding is stored there once and memory-mapped, not shipped with every job",
+    )
 
     _epsilon = before("epsilon")(lambda cls, v: params.check_epsilon(v))
     _delta = before("delta")(lambda cls, v: params.check_delta(v))

@@ -65,7 +65,13 @@ class Prepared:
         }
         annoy = self.index.path if isinstance(self.index, AnnoyIndex) else None
         return save_bundle(
-            directory, self.embeddings, settings, self.vocab_rows, {self.geometry.lam: self.geometry.a}, annoy
+            directory,
+            self.embeddings,
+            settings,
+            self.vocab_rows,
+            {self.geometry.lam: self.geometry.a},
+            annoy,
+            self.config.embeddings_dir,
         )
 
     def manifest_fields(self) -> dict:

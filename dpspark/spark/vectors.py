@@ -101,7 +101,9 @@ class VectorsJob:
 
             emb = load_embeddings(c.embeddings)
             self.d = emb.dim
-            self.shipment = resources.ship(spark, lambda d: save_bundle(d, emb, {"nn": None}))
+            self.shipment = resources.ship(
+                spark, lambda d: save_bundle(d, emb, {"nn": None}, embeddings_dir=c.embeddings_dir)
+            )
         self.m = c.dim or projection_dim(self.d, c.delta, c.beta)
         self.job_key = new_job_key(c.seed)
         # Φ is public but must not be predictable from the noise key: its own generator.

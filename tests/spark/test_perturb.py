@@ -194,3 +194,23 @@ def test_read_splits_one_task_for_a_tiny_input_several_for_a_large_one(spark, tm
     pq.write_table(pa.table({"text": texts}), big, row_group_size=1000)
     assert big.stat().st_size > 8 * (64 << 10)
     assert tasks(big) >= 4 * spark.sparkContext.defaultParallelism  # about four per core
+
+
+def test_user_embedding_from_a_shared_directory(spark, tmp_path, glove):
+    # A user's GloVe-format file; --embeddings-dir stores it once where executors read it.
+    src = tmp_path / "vectors.txt"
+    with open(src, "w", encoding="utf-8") as f:
+        for w, v in zip(glove.words[:6000], glove.vectors[:6000]):
+            f.write(w + " " + " ".join(f"{x:.5f}" for x in v) + "\n")
+    shared = tmp_path / "volume"
+    shared.mkdir()
+    flags = ["--epsilon", "10", "--embeddings", str(src), "--embeddings-dir", str(shared)]
+    first, second = run_cli(tmp_path, "o1", *flags), run_cli(tmp_path, "o2", *flags)
+    (store,) = shared.iterdir()
+    assert store.name.startswith("dpspark-embedding-") and (store / "vectors.npy").exists()
+    vocab = set(glove.words[:5000]) | {"[UNK]"}
+    for out in (first, second):
+        texts = [r["text"] for r in by_id(out).values() if r["text"]]
+        assert texts and all(set(t.split()) <= vocab for t in texts)
+    m = json.loads((second / "_dpspark_manifest.json").read_text())
+    assert m["embeddings"]["name"] == str(src)

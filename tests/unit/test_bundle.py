@@ -42,3 +42,53 @@ def test_executor_refuses_another_default_embedding(glove, tmp_path):
     (d / "settings.json").write_text(json.dumps(meta))
     with pytest.raises(EmbeddingError, match="differs from the driver"):
         load_bundle(d)
+
+
+def _user_embedding(glove, n=3000):
+    from dpspark.embeddings import Embeddings
+
+    return Embeddings(list(glove.words[:n]), np.array(glove.vectors[:n]), "/data/my-vectors.txt", "ab" * 32)
+
+
+def test_user_embedding_is_shipped_without_a_shared_directory(glove, tmp_path):
+    emb = _user_embedding(glove)
+    d = save_bundle(tmp_path / "b", emb, SETTINGS, np.arange(3000), {1.0: np.eye(50)})
+    assert (d / "vectors.npy").exists() and (d / "words.arrow").exists()
+    assert load_bundle(d).words == emb.words
+
+
+def test_user_embedding_travels_once_through_a_shared_directory(glove, tmp_path):
+    emb = _user_embedding(glove)
+    shared = tmp_path / "volume"
+    shared.mkdir()
+    first = save_bundle(tmp_path / "b1", emb, SETTINGS, np.arange(3000), {1.0: np.eye(50)}, embeddings_dir=str(shared))
+    (store,) = shared.iterdir()  # stored once, content-addressed, no temporary left
+    assert store.name == f"dpspark-embedding-{emb.sha256}"
+    stamp = (store / "vectors.npy").stat().st_mtime_ns
+    second = save_bundle(tmp_path / "b2", emb, SETTINGS, np.arange(3000), {1.0: np.eye(50)}, embeddings_dir=str(shared))
+    assert (store / "vectors.npy").stat().st_mtime_ns == stamp and len(list(shared.iterdir())) == 1
+    for d in (first, second):  # the bundles carry a reference only: a few kilobytes
+        assert not (d / "vectors.npy").exists() and sum(p.stat().st_size for p in d.iterdir()) < 50_000
+    res = load_bundle(second)
+    assert res.words == emb.words and np.array_equal(res.vectors, emb.vectors)
+    rng = np.random.default_rng(0)
+    assert perturber_from(res).perturb_texts(["the cat sat"], rng)[0].count(" ") == 2
+
+
+def test_changed_shared_embedding_is_refused(glove, tmp_path):
+    from dpspark import bundle
+
+    emb = _user_embedding(glove)
+    d = save_bundle(tmp_path / "b", emb, SETTINGS, np.arange(3000), {1.0: np.eye(50)}, embeddings_dir=str(tmp_path))
+    store = tmp_path / f"dpspark-embedding-{emb.sha256}"
+    v = np.load(store / "vectors.npy")
+    v[0, 0] += 1.0
+    np.save(store / "vectors.npy", v)
+    bundle._VERIFIED.pop(str(store), None)
+    with pytest.raises(EmbeddingError, match="changed since the driver stored it"):
+        load_bundle(d)
+
+
+def test_missing_shared_directory_is_a_clear_error(glove, tmp_path):
+    with pytest.raises(EmbeddingError, match="does not exist: create it on storage that every executor"):
+        save_bundle(tmp_path / "b", _user_embedding(glove), SETTINGS, embeddings_dir=str(tmp_path / "nope"))
