@@ -255,6 +255,20 @@ class Model:
 # --- the grid --------------------------------------------------------------------------------------
 
 
+def check_mllib(spark: SparkSession) -> None:
+    """pyspark.ml's estimators run over Spark Connect from pyspark 4.0 on; older clients fail plainly."""
+    import pyspark
+
+    version = tuple(int(x) for x in pyspark.__version__.split(".")[:2])
+    if is_connect(spark) and version < (4, 0):
+        from dpspark.errors import ConfigError
+
+        raise ConfigError(
+            f"evaluate-utility on Spark Connect needs pyspark 4.0 or later on the client (MLlib over Connect); "
+            f"this is pyspark {pyspark.__version__}: upgrade it, or run on a cluster with a SparkContext"
+        )
+
+
 def run_key(master: bytes, *parts: object) -> bytes:
     """The job key of one perturbation: a keyed hash (BLAKE2b) of the run's secret master key and
     its coordinates, so every run draws independent noise and none is written anywhere."""
@@ -289,6 +303,7 @@ def run_evaluate_utility(
 
         raise ConfigError("input: give the labelled Parquet dataset (--input PATH)")
     spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
+    check_mllib(spark)
     files = None
     if df is not None:
         try:
