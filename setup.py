@@ -34,7 +34,8 @@ setup(
         # Exact search with certified bf16 scores (dpspark.neighbours.CertifiedIndex), used where the
         # CPU has AMX-BF16; without torch exact search stays float32.
         "lowp": ["torch>=2.1"],
-        "test": ["pytest>=7", "scipy>=1.9", "ruff>=0.5", "annoy>=1.17"],
+        # venv-pack: tests/cluster/test_venv_archive.py packs a virtualenv as the README's spark-submit recipe does.
+        "test": ["pytest>=7", "scipy>=1.9", "ruff>=0.5", "annoy>=1.17", "venv-pack>=0.2"],
         # dpspark evaluate-vectors: the linear-classifier experiment (VADER lexicon, logistic regression).
         "eval": ["scikit-learn>=1.1", "vaderSentiment>=3.3"],
     },
