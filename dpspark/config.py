@@ -23,7 +23,7 @@ except ImportError:  # pydantic 1.10 before 1.10.17 (Databricks Runtime 14.3 / 1
     from pydantic import BaseModel, Field, ValidationError, root_validator, validator  # type: ignore[no-redef]
 
 from dpspark import params
-from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS
+from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS, Embeddings, load_embeddings
 from dpspark.errors import ConfigError
 from dpspark.text import LAYOUTS, OOV_POLICIES
 
@@ -157,6 +157,10 @@ class EmbeddingSettings(Settings):
     )
     vocab_size: int = Field(default=50_000, ge=2, description="output vocabulary: the first N words (50000)")
     vocab_file: str | None = Field(default=None, description="output vocabulary: a public word list, one per line")
+
+    def load_embeddings(self) -> Embeddings:
+        """The embedding these settings name, loaded and validated."""
+        return load_embeddings(self.embeddings, self.embeddings_format, self.embeddings_words)
 
 
 class IndexSettings(Settings):

@@ -17,7 +17,7 @@ import numpy as np
 
 from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
-from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
+from dpspark.embeddings import Embeddings, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.geometry import Geometry, geometry
 from dpspark.mechanisms import WordMechanism
@@ -180,7 +180,7 @@ def prepare(
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    emb = embeddings or load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
+    emb = embeddings or config.load_embeddings()
     timings["load_embeddings_s"] = time.perf_counter() - t0
 
     if vocab_words is None and config.vocab_file:

@@ -113,9 +113,7 @@ class PerturbJob:
         workdir = resources.scratch_dir() / f"index-{run_id}"
         try:
             if c.vocab_from_corpus:
-                from dpspark.embeddings import load_embeddings
-
-                emb = load_embeddings(c.embeddings, c.embeddings_format, c.embeddings_words)
+                emb = c.load_embeddings()
                 words = vocabulary_from_corpus(df, list(c.columns), c.vocab_size, emb.word_index)
                 self.prepared = prepare(c, embeddings=emb, workdir=workdir, vocab_words=words)
             else:

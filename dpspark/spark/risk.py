@@ -36,7 +36,7 @@ import dpspark
 from dpspark import risk
 from dpspark.bundle import save_bundle
 from dpspark.config import RiskConfig
-from dpspark.embeddings import load_embeddings, select_vocabulary
+from dpspark.embeddings import select_vocabulary
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.geometry import geometry
 from dpspark.neighbours import AnnoyIndex
@@ -162,7 +162,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_text_column(df, config.text_column)
-        emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
+        emb = config.load_embeddings()
         with io.SqlConf(spark, shuffle_settings(spark)):
             tokens = token_counts(df, config.text_column)
         embedded = sorted(
@@ -194,7 +194,10 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         settings = {"nn": config.nn, "nn_params": annoy.params() if annoy else {}}
         a_by = {lam: g.a for lam, g in geos.items()}
         shipment = resources.ship(
-            spark, lambda d: save_bundle(d, emb, settings, vocab_rows, a_by, annoy.path if annoy else None)
+            spark,
+            lambda d: save_bundle(
+                d, emb, settings, vocab_rows, a_by, annoy.path if annoy else None, config.embeddings_dir
+            ),
         )
         if annoy is not None:
             (out.local / "index.ann").unlink(missing_ok=True)

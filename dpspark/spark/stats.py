@@ -29,7 +29,7 @@ import dpspark
 from dpspark import report
 from dpspark.bundle import save_bundle
 from dpspark.config import StatsConfig
-from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
+from dpspark.embeddings import Embeddings, select_vocabulary
 from dpspark.errors import ConfigError
 from dpspark.geometry import geometry
 from dpspark.neighbours import AnnoyIndex
@@ -213,7 +213,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
     shipment = None
     try:
         t0 = time.perf_counter()
-        emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
+        emb = config.load_embeddings()
         vocab_words = read_word_list(config.vocab_file) if config.vocab_file else None
         vocab_rows = select_vocabulary(emb, config.vocab_size, vocab_words)
         geos = {lam: geometry(emb.vectors[vocab_rows], lam) for lam in config.lambdas}
@@ -229,7 +229,9 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
         settings = {"nn": config.nn, "nn_params": annoy.params() if annoy else {}}
         a_by = {lam: g.a for lam, g in geos.items()}
         annoy_path = annoy.path if annoy else None
-        shipment = resources.ship(spark, lambda d: save_bundle(d, emb, settings, vocab_rows, a_by, annoy_path))
+        shipment = resources.ship(
+            spark, lambda d: save_bundle(d, emb, settings, vocab_rows, a_by, annoy_path, config.embeddings_dir)
+        )
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -46,7 +46,6 @@ from pyspark.sql import types as T
 import dpspark
 from dpspark import utility
 from dpspark.config import EvaluateUtilityConfig, PerturbConfig
-from dpspark.embeddings import load_embeddings
 from dpspark.errors import InputDataError
 from dpspark.prepare import Prepared, prepare
 from dpspark.progress import Progress, describe
@@ -277,7 +276,7 @@ def run_key(master: bytes, *parts: object) -> bytes:
 
 def perturb_config(config: EvaluateUtilityConfig, epsilon: float, lam: float) -> PerturbConfig:
     """The perturb settings of one grid point (what a release at (ε, λ) would use)."""
-    shared = ("embeddings", "embeddings_format", "embeddings_words", "vocab_size", "vocab_file")
+    shared = ("embeddings", "embeddings_format", "embeddings_words", "embeddings_dir", "vocab_size", "vocab_file")
     shared += ("nn", "annoy_trees", "annoy_search_k")
     values = {k: getattr(config, k) for k in shared}
     values.update(columns=[TEXT], epsilon=epsilon, mechanism=config.mechanism)
@@ -345,7 +344,7 @@ def _evaluate(
     n_train, n_test = train.count(), test.count()
 
     t0 = time.perf_counter()
-    emb = load_embeddings(config.embeddings, config.embeddings_format, config.embeddings_words)
+    emb = config.load_embeddings()
     preps: dict[tuple[float, float], Prepared] = {}
     ships: dict[tuple[float, float], resources.Shipment] = {}
     workdir = resources.scratch_dir() / f"utility-{out.run_id}"
