@@ -32,7 +32,7 @@ setup(
         # Only --nn annoy uses it, and annoy has no wheel on PyPI (every install compiles it).
         "annoy": ["annoy>=1.17"],
         # Exact search with certified bf16 scores (dpspark.neighbours.CertifiedIndex), used where the
-        # CPU has AMX-BF16; without torch exact search stays float32.
+        # CPU has AMX-BF16 or AVX512-BF16; without torch exact search stays float32.
         "lowp": ["torch>=2.1"],
         # venv-pack: tests/cluster/test_venv_archive.py packs a virtualenv as the README's spark-submit recipe does.
         "test": ["pytest>=7", "scipy>=1.9", "ruff>=0.5", "annoy>=1.17", "venv-pack>=0.2"],

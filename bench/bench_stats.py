@@ -5,6 +5,11 @@ Prints the job's draws/s and wall time, and, to show what dominates, the one-cor
 in-process rate of the same draws per ε split into noise and search.
 
     python bench/bench_stats.py [--words 10000] [--epsilons 5,10,20] [--lambdas 0,1]
+    python bench/bench_stats.py --baseline /tmp/base [--pairs 1]   # against another checkout
+
+With --baseline (a git worktree of an earlier commit), the job runs alternately from this tree
+and from the baseline (``PYTHONPATH=<baseline>``, same interpreter and libraries), and the
+medians and their ratio are printed: both see the same machine and load.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,12 +50,38 @@ for eps in {epsilons}:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            flags = open("/proc/cpuinfo").read().split("flags", 1)[1].split("\n", 1)[0].split()
+            shown = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+            return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores; {' '.join(shown) or 'no avx512'})"
+    return "unknown"
+
+
+def run_job(a, tree: Path | None) -> tuple[dict, float]:
+    with tempfile.TemporaryDirectory(prefix="dpspark-bench-") as tmp:
+        out = Path(tmp) / "stats"
+        cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]
+        cmd += ["privacy-stats", "--output", str(out), "--words", str(a.words), "--runs", str(a.runs)]
+        cmd += ["--epsilons", a.epsilons, "--lambdas", a.lambdas, "--vocab-size", "50000", "--master", "local[2]"]
+        env = {**os.environ, **({"PYTHONPATH": str(tree)} if tree else {})}
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree or HERE.parent)
+        wall = time.perf_counter() - t0
+        if p.returncode != 0:
+            raise RuntimeError(f"privacy-stats from {tree or 'this tree'}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        return json.loads((out / "_dpspark_manifest.json").read_text()), wall
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--words", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--epsilons", default="5,10,20")
     ap.add_argument("--lambdas", default="0,1")
+    ap.add_argument("--baseline", type=Path, help="a checkout (git worktree) to compare with")
+    ap.add_argument("--pairs", type=int, default=1)
     a = ap.parse_args()
     eps = [float(x) for x in a.epsilons.split(",")]
     lams = a.lambdas.split(",")
@@ -58,35 +90,22 @@ def main() -> None:
         f"== privacy-stats, local[2]: {a.words:,} words x K={a.runs} x {len(lams)} lambda x {len(eps)} epsilon "
         f"= {draws:,} draws, vocabulary 50,000, exact search"
     )
-    with tempfile.TemporaryDirectory(prefix="dpspark-bench-") as tmp:
-        out = Path(tmp) / "stats"
-        t0 = time.perf_counter()
-        cmd = [
-            str(Path(sys.executable).with_name("dpspark")),
-            "privacy-stats",
-            "--output",
-            str(out),
-            "--words",
-            str(a.words),
-            "--runs",
-            str(a.runs),
-            "--epsilons",
-            a.epsilons,
-            "--lambdas",
-            a.lambdas,
-            "--vocab-size",
-            "50000",
-            "--master",
-            "local[2]",
-        ]
-        subprocess.run(cmd, check=True, capture_output=True, env={**os.environ})
-        wall = time.perf_counter() - t0
-        m = json.loads((out / "_dpspark_manifest.json").read_text())
-    t = m["timings"]
-    print(
-        f"  {m['draws']:,} draws in {t['statistics_s']:.1f} s = {t['draws_per_s']:,.0f} draws/s "
-        f"({m['tasks']} tasks); preparation {t['preparation_s']} s; whole command {wall:.1f} s"
-    )
+    print(f"CPU: {cpu_model()}")
+    trees = [("this tree", None)] + ([("baseline", a.baseline)] if a.baseline else [])
+    walls: dict[str, list[float]] = {name: [] for name, _ in trees}
+    for p in range(a.pairs):
+        for name, tree in trees if p % 2 == 0 else trees[::-1]:
+            m, wall = run_job(a, tree)
+            t = m["timings"]
+            walls[name].append(t["statistics_s"])
+            print(
+                f"  {name}: {m['draws']:,} draws in {t['statistics_s']:.1f} s = {m['draws'] / t['statistics_s']:,.0f}"
+                f" draws/s ({m['tasks']} tasks); preparation {t['preparation_s']} s; whole command {wall:.1f} s",
+                flush=True,
+            )
+    if a.baseline:
+        new, base = statistics.median(walls["this tree"]), statistics.median(walls["baseline"])
+        print(f"  medians of {a.pairs}: statistics {base:.1f} s (baseline) -> {new:.1f} s = {base / new:.2f}x faster")
     print("== what dominates (one core, in process, 50 words x K=100, lambda=1)")
     one_core_split(eps, 1.0)
 

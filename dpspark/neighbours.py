@@ -16,11 +16,12 @@ in cache (512 queries × 2,048 words = 4 MiB; the fastest shape measured on 2 co
 50,000 and 400,000 words). Answers equal the float64 argmin
 except at ties within float32 rounding (relative 1e-6), where either word is exact.
 
-CertifiedIndex answers exactly the float64 argmin, faster where bf16 GEMMs are cheap (AMX):
-it scores every word in bf16, bounds the rounding error, and re-ranks in float64 every
-word the bound cannot rule out (its docstring has the proof). ``exact_index`` returns it
-where PyTorch and AMX-BF16 are present, ExactIndex elsewhere; DPSPARK_EXACT=fp32 forces
-ExactIndex.
+CertifiedIndex answers exactly the float64 argmin, faster where bf16 GEMMs are cheap
+(AMX, AVX512-BF16): it scores every word in bf16, bounds the rounding error, and re-ranks in
+float64 every word the bound cannot rule out (its docstring has the proof). ``exact_index``
+returns AdaptiveIndex where PyTorch and such a CPU are present (float32 first, CertifiedIndex
+once a process has done enough work to repay importing PyTorch), ExactIndex elsewhere;
+DPSPARK_EXACT=fp32 forces ExactIndex, DPSPARK_EXACT=bf16 CertifiedIndex.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class CertifiedIndex:
     Returns, for every query q, exactly ``np.argmin(((q − X)**2).sum(axis=1))`` in
     float64 (ties: the lowest row) — the reference that ``ExactIndex`` meets only up to
     float32 rounding. The scores come from ``lowp`` (default: bf16 GEMMs in PyTorch/oneDNN,
-    on AMX where the CPU has it); ``exact_index`` picks this class where that is fast.
+    on AMX or AVX512-BF16); ``exact_index`` moves to this class where that is fast.
 
     Scores. Word rows are (x, h, l, 1, 1) and query rows (q, 1, 1, a, b), rounded to the
     low-precision format (p significant bits; bf16: p = 8) and zero padded to K = d + 4
@@ -482,38 +483,94 @@ def _follow_blas_threads(torch) -> None:
         torch.set_num_threads(min(counts))
 
 
-def lowp_available() -> bool:
-    """Whether CertifiedIndex runs fast here: PyTorch with oneDNN on a CPU with AMX-BF16 (the
-    hardware measured, bench/bench_search.py). Imports torch only on such CPUs."""
+def _bf16_cpu() -> bool:
+    """A CPU with bf16 GEMM instructions (AMX-BF16 or AVX512-BF16) and PyTorch installed;
+    reads /proc/cpuinfo only (no torch import)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
+            flags = set(next((line for line in f if line.startswith("flags")), "").split())
     except OSError:
         return False
-    if "amx_bf16" not in flags or importlib.util.find_spec("torch") is None:
+    return bool(flags & {"amx_bf16", "avx512_bf16"}) and importlib.util.find_spec("torch") is not None
+
+
+def lowp_available() -> bool:
+    """Whether CertifiedIndex runs fast here: PyTorch with oneDNN on a CPU with AMX-BF16 or
+    AVX512-BF16. Measured with bench/bench_search.py, one core, 400,000 words: 3.5× the
+    float32 rate on Intel with AMX, 1.9–2.2× on AMD Zen 4 (AVX512-BF16). Imports torch only
+    on such CPUs."""
+    if not _bf16_cpu():
         return False
     import torch
 
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: True)()  # also asks whether the OS allows AMX
-    return bool(torch.backends.mkldnn.is_available() and amx)
+    return bool(torch.backends.mkldnn.is_available())
 
 
-def exact_index(vectors: np.ndarray) -> ExactIndex | CertifiedIndex:
-    """The fastest exact index here: CertifiedIndex where ``lowp_available()``, else ExactIndex.
+# Float32 word scores a process computes before AdaptiveIndex moves to CertifiedIndex. Moving
+# costs ≈ 1.5 s once per process (torch import ≈ 1.0 s, the bf16 matrix and oneDNN's first
+# kernels ≈ 0.5 s, measured on Zen 4) and then saves ≈ 0.7 ns per score (float32 ≈ 7e8 scores/s
+# on one core, bf16 ≈ 1.4e9/s): ≈ 2e9 scores repay it. Moving once that much work is done is
+# the rent-or-buy rule: never more than twice the cost of the better choice made in hindsight.
+LOWP_SWITCH_SCORES = 2e9
+
+
+class AdaptiveIndex:
+    """Exact search that starts as ExactIndex (float32) and becomes CertifiedIndex (bf16,
+    certified) once this process has scored LOWP_SWITCH_SCORES (query, word) pairs.
+
+    Small jobs (a notebook sample, an hourly ETL partition, ``make demo``) never pay for
+    importing PyTorch; large ones (privacy-stats, big corpora) run at the bf16 rate after the
+    first ≈ 2e9 scores (5,000 queries at 400,000 words, 40,000 at 50,000). Both answer the
+    nearest word: ExactIndex up to float32 ties, CertifiedIndex exactly the float64 argmin.
+    """
+
+    method = "exact"
+
+    def __init__(self, vectors: np.ndarray) -> None:
+        self._x = vectors
+        self.size, self.dim = np.shape(vectors)
+        self._float32 = ExactIndex(vectors)
+        self._certified: CertifiedIndex | None = None
+        self._scored = 0.0
+
+    def params(self) -> dict:
+        return {**self._float32.params(), "bf16_certified_after_scores": LOWP_SWITCH_SCORES}
+
+    def _index(self, scores: float) -> ExactIndex | CertifiedIndex:
+        if self._certified is None and self._scored >= LOWP_SWITCH_SCORES:
+            self._scored = -np.inf  # one attempt per process
+            try:
+                if lowp_available():
+                    self._certified = CertifiedIndex(self._x)
+            except (RuntimeError, ValueError) as e:
+                warnings.warn(f"exact search stays float32: {e}", DPSparkWarning, stacklevel=3)
+        self._scored += scores
+        return self._float32 if self._certified is None else self._certified
+
+    def query(self, points: np.ndarray) -> np.ndarray:
+        return self._index(len(points) * self.size).query(points)
+
+    def query_among(self, points: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return self._index(len(points) * len(rows)).query_among(points, rows)
+
+    def within(self, centers: np.ndarray, radii: np.ndarray) -> list[np.ndarray]:
+        return self._float32.within(centers, radii)
+
+
+def exact_index(vectors: np.ndarray) -> ExactIndex | CertifiedIndex | AdaptiveIndex:
+    """The fastest exact index here: AdaptiveIndex (float32, then certified bf16 once a process
+    has done enough work) on CPUs with bf16 GEMMs and PyTorch installed, else ExactIndex.
 
     DPSPARK_EXACT=fp32 forces ExactIndex (float32 GEMM), DPSPARK_EXACT=bf16 forces
-    CertifiedIndex (an error where it cannot run); the default is "auto".
+    CertifiedIndex from the first query (an error where it cannot run); the default is "auto".
     """
     choice = os.environ.get("DPSPARK_EXACT", "auto").lower()
     if choice not in ("auto", "fp32", "bf16"):
         raise ValueError(f"DPSPARK_EXACT must be auto, fp32 or bf16, not {choice!r}")
     if choice == "bf16":
         return CertifiedIndex(vectors)
-    if choice == "auto" and lowp_available():
-        try:
-            return CertifiedIndex(vectors)
-        except (RuntimeError, ValueError) as e:
-            warnings.warn(f"exact search falls back to float32: {e}", DPSparkWarning, stacklevel=2)
+    if choice == "auto" and _bf16_cpu():
+        return AdaptiveIndex(vectors)
     return ExactIndex(vectors)
 
 

@@ -16,6 +16,7 @@ from dpspark.geometry import geometry
 from dpspark.mechanisms import WordMechanism, sample_noise
 from dpspark.neighbours import (
     LOWP_WORD_BLOCK,
+    AdaptiveIndex,
     CertifiedIndex,
     ExactIndex,
     _Emulated,
@@ -193,10 +194,43 @@ def test_factory_and_override(glove, monkeypatch):
     with pytest.raises(ValueError):
         exact_index(x)
     monkeypatch.delenv("DPSPARK_EXACT")
-    expected = CertifiedIndex if lowp_available() else ExactIndex
+    expected = AdaptiveIndex if neighbours._bf16_cpu() else ExactIndex
     index = exact_index(x)
     assert type(index) is expected and index.method == "exact"
-    if expected is CertifiedIndex:
-        assert index.params()["scores"].startswith("bf16")
+    if lowp_available():
         monkeypatch.setenv("DPSPARK_EXACT", "bf16")
-        assert type(exact_index(x)) is CertifiedIndex
+        forced = exact_index(x)
+        assert type(forced) is CertifiedIndex and forced.params()["scores"].startswith("bf16")
+
+
+def test_adaptive_index_moves_to_certified_after_enough_work(glove, monkeypatch):
+    """float32 answers until LOWP_SWITCH_SCORES word scores, then the certified float64 argmin."""
+    pytest.importorskip("torch")
+    x = glove.vectors[:3000]
+    monkeypatch.setattr(neighbours, "LOWP_SWITCH_SCORES", 3 * 100 * len(x))
+    monkeypatch.setattr(neighbours, "lowp_available", lambda: True)
+    rng = np.random.default_rng(5)
+    index = AdaptiveIndex(x)
+    fp32 = ExactIndex(x)
+    for call in range(6):
+        q = x[rng.integers(0, len(x), 100)] + sample_noise(100, x.shape[1], 5.0, rng, np.eye(x.shape[1]))
+        got = index.query(q)
+        if call < 3:  # 3 × 100 queries × 3,000 words: the switch comes with the fourth call
+            assert index._certified is None
+            np.testing.assert_array_equal(got, fp32.query(q))
+        else:
+            assert type(index._certified) is CertifiedIndex
+            np.testing.assert_array_equal(got, brute_force(x, q))
+    rows = np.arange(0, len(x), 7)
+    np.testing.assert_array_equal(index.query_among(q, rows), rows[brute_force(x[rows], q)])
+
+
+def test_adaptive_index_stays_float32_without_bf16(glove, monkeypatch):
+    x = glove.vectors[:1000]
+    monkeypatch.setattr(neighbours, "LOWP_SWITCH_SCORES", 0)
+    monkeypatch.setattr(neighbours, "lowp_available", lambda: False)
+    index = AdaptiveIndex(x)
+    q = x[:50] + 0.01
+    for _ in range(3):
+        np.testing.assert_array_equal(index.query(q), ExactIndex(x).query(q))
+    assert index._certified is None
