@@ -27,6 +27,14 @@ ROOT = HERE.parent
 PEERS_PY = HERE / ".peers-venv" / "bin" / "python"
 
 
+def cpu_line() -> str:
+    info = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()))
+    flags = set(fields.get("flags", "").split())
+    shown = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
+    return f"{fields.get('model name', '?')} (family {fields.get('cpu family')}, model {fields.get('model')}); {shown}"
+
+
 def run_json(cmd: list[str], env: dict | None = None) -> dict:
     out = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
@@ -34,11 +42,12 @@ def run_json(cmd: list[str], env: dict | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def inprocess(vocab: int, tokens: int, repeats: int, keep_openblas_choice: bool) -> dict:
+def inprocess(vocab: int, tokens: int, repeats: int, keep_openblas_choice: bool, exact: str) -> dict:
     env = {
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "DPSPARK_KEEP_BLAS": "1" if keep_openblas_choice else "0",
+        "DPSPARK_EXACT": exact,
     }
     cmd = [
         sys.executable,
@@ -66,7 +75,9 @@ def make_parquet(path: Path, n_tokens: int) -> int:
     texts = token_texts(load_default().words, n_tokens)
     n = len(texts)
     table = pa.table({"id": np.arange(n), "text": texts, "score": np.random.default_rng(1).random(n)})
-    pq.write_table(table, path, row_group_size=20_000)
+    # Row groups of 5,000 rows (≈ 110,000 tokens): Parquet splits only at row-group boundaries,
+    # so ten of them give both cores an even share (20,000 left one core idle for the last third).
+    pq.write_table(table, path, row_group_size=5_000)
     return n
 
 
@@ -146,17 +157,26 @@ def main() -> None:
     sizes = {400_000: 4_000 if a.quick else 20_000, 50_000: 20_000 if a.quick else 100_000}
 
     print("== in-process, one core, Mahalanobis lambda=1, epsilon=10, exact search")
+    print(f"  CPU: {cpu_line()}")
+    # dpspark's default (its BLAS kernel choice; AdaptiveIndex where the CPU has bf16 GEMMs),
+    # float32 search with dpspark's kernel choice, and float32 with OpenBLAS's own choice.
+    variants = (("dpspark default", False, "auto"), ("fp32", False, "fp32"), ("fp32, OpenBLAS's", True, "fp32"))
     one_core = {}
     for vocab, n in sizes.items():
-        for keep in (False, True):
-            r = inprocess(vocab, n, repeats, keep)
-            one_core[(vocab, keep)] = r["tokens_per_s_median"]
-            label = "OpenBLAS's own" if keep else "dpspark default"
+        for label, keep, exact in variants:
+            r = inprocess(vocab, n, repeats, keep, exact)
+            one_core[(vocab, label)] = r["tokens_per_s_median"]
             print(
-                f"  vocab {vocab:>7,}  {label:<15} (kernel {r['coretype']:<8}) {r['tokens_per_s_median']:>9,.0f} "
-                f"tokens/s (runs {r['tokens_per_s_runs']}, {r['tokens']:,} tokens; prep {r['preparation_s']} s)"
+                f"  vocab {vocab:>7,}  {label:<16} ({r['index']}, kernel {r['coretype']:<8}) "
+                f"{r['tokens_per_s_median']:>9,.0f} tokens/s (runs {r['tokens_per_s_runs']}, {r['tokens']:,} tokens; "
+                f"prep {r['preparation_s']} s)"
             )
-    auto = {v: one_core[(v, False)] for v in sizes}
+        base = one_core[(vocab, "fp32")]
+        print(
+            f"  vocab {vocab:>7,}  ratios to fp32: default {one_core[(vocab, 'dpspark default')] / base:.2f}x, "
+            f"OpenBLAS's own kernel {one_core[(vocab, 'fp32, OpenBLAS' + chr(39) + 's')] / base:.2f}x"
+        )
+    auto = {v: one_core[(v, "dpspark default")] for v in sizes}
 
     if not a.skip_e2e:
         print(f"== end-to-end `dpspark perturb`, local[2], vocab {a.e2e_vocab:,}, >= {a.e2e_tokens:,} tokens")

@@ -27,7 +27,9 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 # isort: off
-import dpspark  # noqa: E402,F401 - BLAS kernel choice before numpy
+from dpspark import _blas  # noqa: E402
+
+_blas.prefer_fast_kernels()  # as `dpspark` commands do, before numpy loads OpenBLAS
 import numpy as np  # noqa: E402
 
 # isort: on

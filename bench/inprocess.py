@@ -17,7 +17,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # isort: off
-import dpspark  # noqa: E402,F401 - first, so that its BLAS kernel choice precedes numpy
+from dpspark import _blas  # noqa: E402
+
+_blas.prefer_fast_kernels()  # as `dpspark` commands do, before numpy loads OpenBLAS
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
@@ -70,6 +72,7 @@ def main() -> None:
                 "tokens_per_s_runs": [round(x, 1) for x in rates],
                 "preparation_s": round(prep_s, 3),
                 "coretype": os.environ.get("OPENBLAS_CORETYPE", "openblas"),
+                "index": type(perturber.mechanism.index).__name__,
             }
         )
     )

@@ -496,9 +496,10 @@ def _bf16_cpu() -> bool:
 
 def lowp_available() -> bool:
     """Whether CertifiedIndex runs fast here: PyTorch with oneDNN on a CPU with AMX-BF16 or
-    AVX512-BF16. Measured with bench/bench_search.py, one core, 400,000 words: 3.5× the
-    float32 rate on Intel with AMX, 1.9–2.2× on AMD Zen 4 (AVX512-BF16). Imports torch only
-    on such CPUs."""
+    AVX512-BF16. Measured on one core at 400,000 words against float32 ExactIndex: 3.5× on
+    Intel with AMX (bench/bench_search.py); 1.6× on AMD Zen 4 with AVX512-BF16 (1.5× at
+    50,000 words; bench/bench_perturb.py, tokens/s of the whole perturber). Imports torch
+    only on such CPUs."""
     if not _bf16_cpu():
         return False
     import torch
@@ -508,10 +509,11 @@ def lowp_available() -> bool:
 
 # Float32 word scores a process computes before AdaptiveIndex moves to CertifiedIndex. Moving
 # costs ≈ 1.5 s once per process (torch import ≈ 1.0 s, the bf16 matrix and oneDNN's first
-# kernels ≈ 0.5 s, measured on Zen 4) and then saves ≈ 0.7 ns per score (float32 ≈ 7e8 scores/s
-# on one core, bf16 ≈ 1.4e9/s): ≈ 2e9 scores repay it. Moving once that much work is done is
-# the rent-or-buy rule: never more than twice the cost of the better choice made in hindsight.
-LOWP_SWITCH_SCORES = 2e9
+# kernels ≈ 0.5 s, measured on Zen 4) and then saves ≈ 0.4 ns per score there (float32 with
+# OpenBLAS's Haswell kernels 0.85–1.2 ns per score, certified bf16 0.7–0.8 ns, at 50,000 and
+# 400,000 words): ≈ 4e9 scores repay it. Moving once that much work is done is the
+# rent-or-buy rule: never more than twice the cost of the better choice made in hindsight.
+LOWP_SWITCH_SCORES = 4e9
 
 
 class AdaptiveIndex:
@@ -520,7 +522,7 @@ class AdaptiveIndex:
 
     Small jobs (a notebook sample, an hourly ETL partition, ``make demo``) never pay for
     importing PyTorch; large ones (privacy-stats, big corpora) run at the bf16 rate after the
-    first ≈ 2e9 scores (5,000 queries at 400,000 words, 40,000 at 50,000). Both answer the
+    first ≈ 4e9 scores (10,000 queries at 400,000 words, 80,000 at 50,000). Both answer the
     nearest word: ExactIndex up to float32 ties, CertifiedIndex exactly the float64 argmin.
     """
 
