@@ -22,17 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from cpu import cpu_line
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PEERS_PY = HERE / ".peers-venv" / "bin" / "python"
-
-
-def cpu_line() -> str:
-    info = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()))
-    flags = set(fields.get("flags", "").split())
-    shown = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
-    return f"{fields.get('model name', '?')} (family {fields.get('cpu family')}, model {fields.get('model')}); {shown}"
 
 
 def run_json(cmd: list[str], env: dict | None = None) -> dict:

@@ -34,6 +34,8 @@ import numpy as np  # noqa: E402
 
 # isort: on
 
+from cpu import cpu_line  # noqa: E402
+
 from dpspark.embeddings import load_default  # noqa: E402
 from dpspark.geometry import geometry  # noqa: E402
 from dpspark.mechanisms import sample_noise  # noqa: E402
@@ -41,15 +43,6 @@ from dpspark.neighbours import CertifiedIndex, ExactIndex, _down32  # noqa: E402
 
 EPSILONS = (1.0, 5.0, 10.0, 20.0, 40.0)
 SIZES = (400_000, 50_000)
-
-
-def cpu_line() -> str:
-    info = open("/proc/cpuinfo", encoding="ascii", errors="ignore").read().split("\n\n")[0]
-    fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()))
-    flags = set(fields.get("flags", "").split())
-    wanted = ("avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni")
-    shown = " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in wanted)
-    return f"{fields.get('model name', '?')}, {os.cpu_count()} cores; {shown}"
 
 
 def reference(exact: ExactIndex, x: np.ndarray, q: np.ndarray) -> np.ndarray:

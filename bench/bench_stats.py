@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cpu import cpu_line
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -51,15 +53,6 @@ for eps in {epsilons}:
           "search (and the 2|Z| ball where it applies) the rest")
 """
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            flags = open("/proc/cpuinfo").read().split("flags", 1)[1].split("\n", 1)[0].split()
-            shown = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-            return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores; {' '.join(shown) or 'no avx512'})"
-    return "unknown"
 
 
 def run_job(a, tree: Path | None) -> tuple[dict, float]:
@@ -93,7 +86,7 @@ def main() -> None:
         f"== privacy-stats, local[2]: {a.words:,} words x K={a.runs} x {len(lams)} lambda x {len(eps)} epsilon "
         f"= {draws:,} draws, vocabulary 50,000, exact search"
     )
-    print(f"CPU: {cpu_model()}")
+    print(f"CPU: {cpu_line()}")
     trees = [("this tree", None)] + ([("baseline", a.baseline)] if a.baseline else [])
     walls: dict[str, list[float]] = {name: [] for name, _ in trees}
     for p in range(a.pairs):
