@@ -256,7 +256,7 @@ def _write(
     table) in one pass; return the observed (public) counts."""
     out, aggregates = job.transform(df, run_id)
     columns = [F.count(F.lit(1)).alias("rows"), *aggregates]
-    # pyspark < 4.1 on Spark Connect has no Observation of a write: there the output is persisted and the
+    # Without an Observation (see _observable) the output is persisted and the
     # counts are a second action over it (a recomputed partition redraws the same noise: the
     # noise is keyed by job key, partition and batch).
     observation = Observation(f"dpspark_{run_id}") if _observable(spark) else None
@@ -286,9 +286,16 @@ def _write(
 
 
 def _observable(spark: SparkSession) -> bool:
+    """Whether the counts can ride on the write as an ``Observation``. Not through a Spark Connect
+    client older than 4.1 (it reports no metrics of a write), and not on classic Spark 4.0.x: there
+    the first ``observe`` gives the session an ObservationManager that Java cannot serialize, and
+    every MLlib model fitted in that session afterwards (its training summary holds the session)
+    fails to transform with "Task not serializable" (evaluate-utility after a release in a notebook)."""
     import pyspark
 
-    return not is_connect(spark) or tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1)
+    if is_connect(spark):
+        return tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1)
+    return not spark.version.startswith("4.0.")
 
 
 def _commit(

@@ -209,3 +209,22 @@ def test_bad_input_is_refused_and_leaves_no_output(bad_inputs, spark, tmp_path, 
     if name == "numbers.parquet":
         assert main(["privacy-risk", *args]) == 3
         assert not out.exists()
+
+
+def test_mllib_fits_and_predicts_after_a_release_in_the_same_session(spark, data, tmp_path):
+    """A release, then an MLlib model in the same session (a notebook's perturb, then
+    evaluate-utility). On classic Spark 4.0.x an Observation made the session unserializable and
+    every transform of a model fitted afterwards failed with "Task not serializable"."""
+    out = tmp_path / "released"
+    args = ["--input", data, "--columns", "text", "--output", str(out), "--epsilon", "10", "--vocab-size", "2000"]
+    code = main(["perturb", *args, "--quiet"])
+    assert code == 0
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.linalg import Vectors
+
+    rows = [(Vectors.dense([float(i), float(i % 3)]), float(i % 2)) for i in range(40)]
+    train = spark.createDataFrame(rows, ["features", "label"])
+    model = LogisticRegression(maxIter=5).fit(train)
+    predicted = model.transform(train).select("prediction").collect()
+    assert len(predicted) == 40 and {r[0] for r in predicted} <= {0.0, 1.0}
+    assert spark.read.parquet(str(out)).count() == ROWS
