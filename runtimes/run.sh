@@ -31,9 +31,8 @@ pinned() { grep -E '^[A-Za-z0-9_.-]+==' "$1" | tr 'A-Z_' 'a-z-' | sort; }
 rm -rf "$WORK/dist" && python3 -m pip wheel --quiet --no-deps -w "$WORK/dist" . >/dev/null || exit 1
 wheel=$(ls "$WORK"/dist/dpspark-*.whl)
 
-status=0
-rows=()
-for name in "${names[@]}"; do
+one() {  # one runtime: venv, install under the pins, suite; its table row goes to $WORK/$name.row
+    local name=$1
     pins=runtimes/$name.txt
     py=$(grep -m1 '^# python ' "$pins" | awk '{print $3}')
     log=$WORK/$name.log
@@ -65,8 +64,10 @@ for name in "${names[@]}"; do
         if ! ls "$venv"/lib/python*/site-packages/pyspark/jars/spark-connect_*.jar >/dev/null 2>&1; then
             connect_home=$("$ROOT/.venv/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
         fi
-        # Tests import the installed wheel (not the checkout) from a directory outside the repo.
-        (cd "$WORK" && DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
+        # Tests import the installed wheel (not the checkout) from a directory of their own outside the
+        # repo (runtimes run side by side: nothing either writes to its working directory is shared).
+        mkdir -p "$WORK/$name.cwd"
+        (cd "$WORK/$name.cwd" && DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
             ${marks:+-m "$marks"} "$ROOT/tests") >>"$log" 2>&1
         summary=$(tail -n 1 "$log")
         passed=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
@@ -76,15 +77,28 @@ for name in "${names[@]}"; do
         echo "pinned versions moved or install failed: $(cat "$venv.moved" 2>/dev/null)" >>"$log"
     fi
     minutes=$(awk "BEGIN {printf \"%.1f\", ($(date +%s) - $start) / 60}")
-    rows+=("$(printf '| %-13s | %-4s | %-8s | %6s | %6s | %6s | %7s |' "$name" "$py" "$resolves" "$passed" "$failed" "$errors" "$minutes")")
+    printf '| %-13s | %-4s | %-8s | %6s | %6s | %6s | %7s |\n' "$name" "$py" "$resolves" "$passed" "$failed" "$errors" "$minutes" >"$WORK/$name.row"
     if [ "$resolves" != yes ] || [ "$failed" != 0 ] || [ "$errors" != 0 ] || [ "$passed" = 0 ]; then
-        status=1
         echo "--- $name failed; the end of $log:" >&2
         tail -n 40 "$log" >&2
+        return 1
     fi
+    touch "$WORK/$name.ok"
+}
+
+# Runtimes run side by side, RUNTIMES_JOBS at a time (default 2): one suite leaves about 40% of
+# two cores idle (JVM start, Python workers, small jobs), and installs wait on the network.
+jobs=${RUNTIMES_JOBS:-2}
+for name in "${names[@]}"; do
+    rm -f "$WORK/$name.row" "$WORK/$name.ok"
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+    one "$name" &
 done
+wait
+status=0
+for name in "${names[@]}"; do [ -e "$WORK/$name.ok" ] || status=1; done
 
 echo "| runtime       | py   | resolves | passed | failed | errors | minutes |"
 echo "|---------------|------|----------|--------|--------|--------|---------|"
-printf '%s\n' "${rows[@]}"
+for name in "${names[@]}"; do cat "$WORK/$name.row" 2>/dev/null || echo "| $name: no result |"; done
 exit $status
