@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -15,6 +17,15 @@ _SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_
 # what the JVM does here (planning, Parquet, Arrow) well enough. SPARK_SUBMIT_OPTS comes
 # first on the launcher's java command line: the user's own JVM options still win.
 _LOCAL_JVM_OPTS = "-XX:TieredStopAtLevel=1"
+# The local JVM's logging: warnings, without the two that say nothing to act on locally; errors
+# only when the dpspark logger is at ERROR (--quiet), as the session starts.
+_LOG4J = Path(__file__).with_name("log4j2-local.properties")
+
+
+def _local_jvm_opts() -> str:
+    quiet = logging.getLogger("dpspark").getEffectiveLevel() >= logging.ERROR
+    level = "error" if quiet else "warn"
+    return f"{_LOCAL_JVM_OPTS} -Dlog4j2.configurationFile={_LOG4J.as_uri()} -Ddpspark.jvm.log.level={level}"
 
 
 def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str | None = None) -> SparkSession:
@@ -34,7 +45,7 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
     for k, v in _SINGLE_THREAD.items():
         os.environ.setdefault(k, v)
     if (master or "local").startswith("local"):
-        os.environ.setdefault("SPARK_SUBMIT_OPTS", _LOCAL_JVM_OPTS)
+        os.environ.setdefault("SPARK_SUBMIT_OPTS", _local_jvm_opts())
     # Local workers run this interpreter (the one with dpspark installed) unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("dpspark")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -214,3 +217,19 @@ def test_user_embedding_from_a_shared_directory(spark, tmp_path, glove):
         assert texts and all(set(t.split()) <= vocab for t in texts)
     m = json.loads((second / "_dpspark_manifest.json").read_text())
     assert m["embeddings"]["name"] == str(src)
+
+
+def test_quiet_command_prints_nothing_but_the_jvm_launchers_notice(tmp_path):
+    """--quiet in a fresh process, whose local JVM dpspark starts: no Spark log lines (the loopback
+    host, native Hadoop, "Setting default log level", I/O encryption without RPC encryption), no
+    output. The one line left is the java launcher's own notice of Spark 4's incubator module."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS")}
+    args = ["perturb", "--input", str(SAMPLE), "--output", str(tmp_path / "out"), "--columns", "text"]
+    args += ["--vocab-size", "2000", "--epsilon", "10", "--master", "local[1]", "--quiet"]
+    code = f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using incubator modules")]
+    assert lines == [], done.stderr
+    assert (tmp_path / "out" / "_dpspark_manifest.json").exists()
