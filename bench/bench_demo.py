@@ -27,17 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from cpu import cpu_line
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def run(tree: Path, out: Path) -> dict:
@@ -59,7 +53,7 @@ def main() -> None:
     ap.add_argument("--baseline", required=True, type=Path, help="a checkout (git worktree) to compare with")
     ap.add_argument("--pairs", type=int, default=4)
     a = ap.parse_args()
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; python {sys.version.split()[0]}")
+    print(f"CPU: {cpu_line()}; python {sys.version.split()[0]}")
     trees = {"baseline": a.baseline.resolve(), "this": ROOT}
     results: dict[str, list[dict]] = {k: [] for k in trees}
     with tempfile.TemporaryDirectory(prefix="dpspark-bench-demo-") as tmp:

@@ -34,18 +34,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cpu import cpu_line
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SETTINGS = ["--epsilon", "10", "--mechanism", "mahalanobis", "--lambda", "1", "--vocab-size", "50000", "--nn", "exact"]
 BATCH_ROWS = 10_000
 
 
-def cpu_model() -> str:
-    with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def make_input(path: Path, n_tokens: int) -> tuple[int, int]:
@@ -146,7 +142,7 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     a = ap.parse_args()
 
-    print(f"CPU: {cpu_model()}; {os.cpu_count()} logical cores; load average {os.getloadavg()[0]:.1f} at start")
+    print(f"CPU: {cpu_line()}; load average {os.getloadavg()[0]:.1f} at start")
     with tempfile.TemporaryDirectory(prefix="dpspark-e2e-") as tmp:
         src = Path(tmp) / "reviews_resampled.parquet"
         rows, tokens = make_input(src, a.tokens)

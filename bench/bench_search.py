@@ -27,6 +27,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 # isort: off
+import cpu  # noqa: E402,F401  (first: it drops a machine-wide OPENBLAS_CORETYPE before numpy loads)
 from dpspark import _blas  # noqa: E402
 
 _blas.prefer_fast_kernels()  # as `dpspark` commands do, before numpy loads OpenBLAS

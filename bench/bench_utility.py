@@ -13,21 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import time
 from pathlib import Path
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from cpu import cpu_line
 
 
 def main() -> None:
@@ -53,7 +44,7 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     data = sms_spam(out / "data")
-    print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); Spark local[2]; data {data}")
+    print(f"CPU: {cpu_line()}; Spark local[2]; data {data}")
     t0 = time.perf_counter()
     spark = get_session("local[2]")
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,13 +1,19 @@
 """Pick OpenBLAS's fastest float32 GEMM kernels before numpy loads them.
 
 Exact nearest-neighbour search is one large float32 GEMM, the cost of the whole
-system. On AMD Zen 4 (family 0x19 with AVX-512) AVX-512 instructions execute as
-two 256-bit halves, and OpenBLAS's AVX2 ("Haswell") kernels run the search ≈ 20%
-faster than the AVX-512 ("SkylakeX") kernels it picks by itself (bench/bench_perturb.py
-measures both side by side). The choice only changes speed: both compute the same
-products up to float rounding order. Nothing is changed when the user set
-OPENBLAS_CORETYPE or DPSPARK_KEEP_BLAS=1, when numpy is already loaded, or on any
-other CPU.
+system, and OpenBLAS's own kernel choice is not the fastest one on AMD Zen 4
+(bench/bench_perturb.py and bench/bench_search.py measure the choices side by side):
+
+- Zen 4 (family 0x19 with AVX-512) executes AVX-512 as two 256-bit halves: the AVX2
+  ("Haswell") kernels run the search ≈ 1.3× faster than the AVX-512 ("SkylakeX") ones
+  OpenBLAS picks by itself.
+- Zen 5 (family 0x1A) has full-width AVX-512: OpenBLAS's own choice there, SkylakeX, runs
+  the search 1.45× faster than Haswell (EPYC, 50,000 and 400,000 words, one core), so it
+  is kept.
+
+The choice only changes speed: both compute the same products up to float rounding
+order. Nothing is changed when the user set OPENBLAS_CORETYPE or DPSPARK_KEEP_BLAS=1,
+when numpy is already loaded, or on any other CPU.
 """
 
 from __future__ import annotations
@@ -15,28 +21,33 @@ from __future__ import annotations
 import os
 import sys
 
+# (vendor, family) of CPUs with AVX-512 -> the OpenBLAS core type measured fastest there.
+_KERNELS = {("AuthenticAMD", "25"): "Haswell"}
 
-def _is_zen4() -> bool:
+
+def _cpu_fields() -> dict[str, str]:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
             info = f.read(8192)
     except OSError:
-        return False
-    fields = dict(
-        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()) if k.strip()
-    )
-    return (
-        fields.get("vendor_id") == "AuthenticAMD"
-        and fields.get("cpu family") == "25"
-        and "avx512f" in fields.get("flags", "").split()
-    )
+        return {}
+    return dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()) if k.strip())
+
+
+def preferred_kernel(fields: dict[str, str] | None = None) -> str | None:
+    """The OpenBLAS core type dpspark sets on this CPU, or None to keep OpenBLAS's own choice."""
+    fields = _cpu_fields() if fields is None else fields
+    if "avx512f" not in fields.get("flags", "").split():
+        return None
+    return _KERNELS.get((fields.get("vendor_id", ""), fields.get("cpu family", "")))
 
 
 def prefer_fast_kernels() -> None:
     if "numpy" in sys.modules or "OPENBLAS_CORETYPE" in os.environ or os.environ.get("DPSPARK_KEEP_BLAS") == "1":
         return
-    if _is_zen4():
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+    kernel = preferred_kernel()
+    if kernel:
+        os.environ["OPENBLAS_CORETYPE"] = kernel
 
 
 def one_thread() -> None:
