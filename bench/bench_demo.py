@@ -32,8 +32,6 @@ from cpu import cpu_line
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
-
 def run(tree: Path, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]

@@ -42,8 +42,6 @@ SETTINGS = ["--epsilon", "10", "--mechanism", "mahalanobis", "--lambda", "1", "-
 BATCH_ROWS = 10_000
 
 
-
-
 def make_input(path: Path, n_tokens: int) -> tuple[int, int]:
     """Resample the example reviews into ``path`` until they hold ``n_tokens`` tokens; (rows, tokens)."""
     import numpy as np

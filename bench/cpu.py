@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from dpspark._blas import cpu_fields
+
 # A machine-wide OPENBLAS_CORETYPE (shared build machines may pin one kernel for every process)
 # would make every variant run that kernel and hide dpspark's own choice (dpspark/_blas.py keeps a
 # user's setting): benchmarks measure what a user's machine picks, so it is removed here, for this
@@ -15,11 +17,9 @@ FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"
 
 def cpu_line() -> str:
     """Model, family/model numbers, core count and the SIMD/matrix flags that change the search's speed."""
-    try:
-        info = open("/proc/cpuinfo", encoding="ascii", errors="ignore").read().split("\n\n")[0]
-    except OSError:
+    fields = cpu_fields()
+    if not fields:
         return f"unknown CPU, {os.cpu_count()} cores"
-    fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()))
     flags = set(fields.get("flags", "").split())
     shown = " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in FLAGS)
     ignored = f"; the environment's OPENBLAS_CORETYPE={IGNORED_CORETYPE} ignored" if IGNORED_CORETYPE else ""

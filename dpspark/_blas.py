@@ -20,23 +20,26 @@ from __future__ import annotations
 
 import os
 import sys
+from itertools import takewhile
 
 # (vendor, family) of CPUs with AVX-512 -> the OpenBLAS core type measured fastest there.
 _KERNELS = {("AuthenticAMD", "25"): "Haswell"}
 
 
-def _cpu_fields() -> dict[str, str]:
+def cpu_fields() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (vendor_id, cpu family, model, flags, ...);
+    empty where there is none. Imports nothing: callable before numpy loads."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
-            info = f.read(8192)
+            lines = list(takewhile(str.strip, f))  # up to the blank line that ends the first processor
     except OSError:
         return {}
-    return dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()) if k.strip())
+    return dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines) if k.strip())
 
 
 def preferred_kernel(fields: dict[str, str] | None = None) -> str | None:
     """The OpenBLAS core type dpspark sets on this CPU, or None to keep OpenBLAS's own choice."""
-    fields = _cpu_fields() if fields is None else fields
+    fields = cpu_fields() if fields is None else fields
     if "avx512f" not in fields.get("flags", "").split():
         return None
     return _KERNELS.get((fields.get("vendor_id", ""), fields.get("cpu family", "")))

@@ -486,11 +486,9 @@ def _follow_blas_threads(torch) -> None:
 def _bf16_cpu() -> bool:
     """A CPU with bf16 GEMM instructions (AMX-BF16 or AVX512-BF16) and PyTorch installed;
     reads /proc/cpuinfo only (no torch import)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
-            flags = set(next((line for line in f if line.startswith("flags")), "").split())
-    except OSError:
-        return False
+    from dpspark._blas import cpu_fields
+
+    flags = set(cpu_fields().get("flags", "").split())
     return bool(flags & {"amx_bf16", "avx512_bf16"}) and importlib.util.find_spec("torch") is not None
 
 

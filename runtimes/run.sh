@@ -88,10 +88,10 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
 
 # Runtimes run side by side, RUNTIMES_JOBS at a time (default 2): one suite leaves about 40% of
 # two cores idle (JVM start, Python workers, small jobs), and installs wait on the network.
-jobs=${RUNTIMES_JOBS:-2}
+lanes=${RUNTIMES_JOBS:-2}
 for name in "${names[@]}"; do
     rm -f "$WORK/$name.row" "$WORK/$name.ok"
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+    while [ "$(jobs -rp | wc -l)" -ge "$lanes" ]; do wait -n; done
     one "$name" &
 done
 wait

@@ -17,8 +17,8 @@ _SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_
 # what the JVM does here (planning, Parquet, Arrow) well enough. SPARK_SUBMIT_OPTS comes
 # first on the launcher's java command line: the user's own JVM options still win.
 _LOCAL_JVM_OPTS = "-XX:TieredStopAtLevel=1"
-# The local JVM's logging: warnings, without the two that say nothing to act on locally; errors
-# only when the dpspark logger is at ERROR (--quiet), as the session starts.
+# The local JVM's logging (log4j2-local.properties): warnings, without the notices that say nothing
+# to act on locally; errors only when the dpspark logger is at ERROR (--quiet) as the session starts.
 _LOG4J = Path(__file__).with_name("log4j2-local.properties")
 
 
