@@ -13,6 +13,13 @@ tree so that both see the same machine load, and prints per run and as medians:
 
 The baseline runs with this interpreter and ``PYTHONPATH=<baseline>``, so both use the same
 installed libraries; only dpspark's code differs.
+
+``--breakdown`` runs each tree once more with Spark's INFO log (millisecond timestamps, a
+log4j file of this script's) and splits perturb-and-write into: planning (from the bundle's
+``addArchive`` to the write job's start: the DataFrame plan, its analysis and code generation),
+the write job, and inside it the Python runner's own times (boot: daemon and worker start;
+init: the UDF's unpickling and imports; finish: bundle load, perturbation and output), then
+the commit. Logging costs a little, so these runs are not counted in the medians.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -32,8 +40,51 @@ from cpu import cpu_line
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(tree: Path, out: Path) -> dict:
+LOG4J = """rootLogger.level = info
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+"""
+
+
+def _ms(stamp: str) -> float:
+    h, m, s = stamp.split(":")
+    return (int(h) * 60 + int(m)) * 60_000 + float(s) * 1000
+
+
+def breakdown(log: str) -> dict[str, float]:
+    """Phases of the write (seconds) from a Spark INFO log (see the module docstring)."""
+    stamps: dict[str, float] = {}
+    out: dict[str, float] = {}
+    for line in log.splitlines():
+        m = re.match(r"(\d\d:\d\d:\d\d\.\d{3}) ", line)
+        if not m:
+            continue
+        t = _ms(m.group(1))
+        if "Added archive" in line:
+            stamps["shipped"] = t
+        elif "Starting job: parquet" in line:
+            stamps["job_start"] = t  # the last one is the write's
+        elif re.search(r"Job \d+ finished: parquet", line):
+            stamps["job_end"] = t
+        elif "FileFormatWriter: Finished processing stats" in line:
+            stamps["committed"] = t
+        elif "Times: total" in line:
+            for k, v in re.findall(r"(total|boot|init|finish) = (\d+)", line):
+                out[f"python_{k}"] = int(v) / 1000
+    out["planning"] = (stamps["job_start"] - stamps["shipped"]) / 1000
+    out["job"] = (stamps["job_end"] - stamps["job_start"]) / 1000
+    out["commit"] = (stamps["committed"] - stamps["job_end"]) / 1000
+    return out
+
+
+def run(tree: Path, out: Path, log4j: Path | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    if log4j is not None:
+        env["SPARK_SUBMIT_OPTS"] = f"-Dlog4j2.configurationFile=file:{log4j}"
     cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]
     cmd += ["perturb", "--config", "conf/perturb.yaml", "--epsilon", "10", "--output", str(out), "--quiet"]
     t0 = time.perf_counter()
@@ -43,13 +94,17 @@ def run(tree: Path, out: Path) -> dict:
         raise RuntimeError(f"{tree}: exit {p.returncode}\n{p.stderr[-3000:]}")
     t = json.loads((out / "_dpspark_manifest.json").read_text())["timings"]
     write = t.get("transform_and_write_s", t.get("perturb_and_write_s"))
-    return {"write_s": write, "prep_s": t.get("preparation_s"), "wall_s": wall}
+    r = {"write_s": write, "prep_s": t.get("preparation_s"), "wall_s": wall}
+    if log4j is not None:
+        r["phases"] = breakdown(p.stderr)
+    return r
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", required=True, type=Path, help="a checkout (git worktree) to compare with")
     ap.add_argument("--pairs", type=int, default=4)
+    ap.add_argument("--breakdown", action="store_true", help="also split perturb-and-write into phases")
     a = ap.parse_args()
     print(f"CPU: {cpu_line()}; python {sys.version.split()[0]}")
     trees = {"baseline": a.baseline.resolve(), "this": ROOT}
@@ -71,6 +126,15 @@ def main() -> None:
     for m, label in (("write_s", "perturb-and-write"), ("prep_s", "preparation"), ("wall_s", "whole command")):
         b, t = med["baseline"][m], med["this"][m]
         print(f"  {label:>17}: baseline {b:6.2f} s, this {t:6.2f} s, {b / t:5.2f}x")
+    if a.breakdown:
+        with tempfile.TemporaryDirectory(prefix="dpspark-bench-demo-") as tmp:
+            log4j = Path(tmp) / "log4j2.properties"
+            log4j.write_text(LOG4J)
+            print("== breakdown of perturb-and-write, one logged run each (s)")
+            for name, tree in trees.items():
+                r = run(tree, Path(tmp) / f"{name}-logged", log4j)
+                phases = ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
+                print(f"  {name:>8}: perturb-and-write {r['write_s']:.2f}: {phases}")
 
 
 if __name__ == "__main__":
