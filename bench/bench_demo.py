@@ -17,7 +17,7 @@ installed libraries; only dpspark's code differs.
 ``--breakdown`` runs each tree once more with Spark's INFO log (millisecond timestamps, a
 log4j file of this script's) and splits perturb-and-write into: planning (from the bundle's
 ``addArchive`` to the write job's start: the DataFrame plan, its analysis and code generation),
-the write job, and inside it the Python runner's own times (boot: daemon and worker start;
+the write's job(s), and inside them the Python runner's own times (of its slowest task) (boot: daemon and worker start;
 init: the UDF's unpickling and imports; finish: bundle load, perturbation and output), then
 the commit. Logging costs a little, so these runs are not counted in the medians.
 """
@@ -47,7 +47,16 @@ appender.stderr.name = stderr
 appender.stderr.target = SYSTEM_ERR
 appender.stderr.layout.type = PatternLayout
 appender.stderr.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = info
 """
+
+
+def jvm_opts(tree: Path) -> str:
+    """The JVM options a tree's local session sets (dpspark/spark/session.py's _LOCAL_JVM_OPTS):
+    the logged run replaces SPARK_SUBMIT_OPTS, so it passes them on."""
+    m = re.search(r'^_LOCAL_JVM_OPTS = "([^"]*)"', (tree / "dpspark/spark/session.py").read_text(), re.M)
+    return m.group(1) if m else ""
 
 
 def _ms(stamp: str) -> float:
@@ -66,17 +75,17 @@ def breakdown(log: str) -> dict[str, float]:
         t = _ms(m.group(1))
         if "Added archive" in line:
             stamps["shipped"] = t
-        elif "Starting job: parquet" in line:
-            stamps["job_start"] = t  # the last one is the write's
-        elif re.search(r"Job \d+ finished: parquet", line):
+        elif "Starting job:" in line and "shipped" in stamps:
+            stamps.setdefault("job_start", t)  # the write's first job (a shuffle may add more)
+        elif re.search(r"Job \d+ finished:", line):
             stamps["job_end"] = t
         elif "FileFormatWriter: Finished processing stats" in line:
             stamps["committed"] = t
-        elif "Times: total" in line:
-            for k, v in re.findall(r"(total|boot|init|finish) = (\d+)", line):
-                out[f"python_{k}"] = int(v) / 1000
+        elif "Times: total" in line:  # several tasks: the slowest (the first on each worker)
+            for k, v in re.findall(r"(total|boot|init|finish) = (-?\d+)", line):
+                out[f"python_{k}"] = max(out.get(f"python_{k}", 0.0), int(v) / 1000)
     out["planning"] = (stamps["job_start"] - stamps["shipped"]) / 1000
-    out["job"] = (stamps["job_end"] - stamps["job_start"]) / 1000
+    out["jobs"] = (stamps["job_end"] - stamps["job_start"]) / 1000
     out["commit"] = (stamps["committed"] - stamps["job_end"]) / 1000
     return out
 
@@ -84,7 +93,7 @@ def breakdown(log: str) -> dict[str, float]:
 def run(tree: Path, out: Path, log4j: Path | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     if log4j is not None:
-        env["SPARK_SUBMIT_OPTS"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        env["SPARK_SUBMIT_OPTS"] = f"{jvm_opts(tree)} -Dlog4j2.configurationFile=file:{log4j}"
     cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]
     cmd += ["perturb", "--config", "conf/perturb.yaml", "--epsilon", "10", "--output", str(out), "--quiet"]
     t0 = time.perf_counter()

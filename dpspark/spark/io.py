@@ -193,6 +193,39 @@ def read_splits(spark: SparkSession, size: int, partitions: int | None) -> dict[
     }
 
 
+def few_read_tasks(fs: FileSystem, written: str, size: int, splits: dict[str, str], cores: int) -> str | None:
+    """Why a release ran on fewer cores than its input's size asked for, or None.
+
+    ``written`` is the directory that holds the release's Parquet files: one per read task
+    that had rows. When the input was large enough for at least ``cores`` splits of
+    ``read_splits``'s size but fewer tasks wrote, the input's Parquet row groups were too
+    few and too large (Spark splits only at their boundaries, and dpspark never shuffles raw
+    rows to spread them): the message says how to write the input for the next release.
+    """
+    target = int(splits.get("spark.sql.files.maxPartitionBytes", 0))
+    wanted = min(cores, -(-size // target)) if target else 0
+    if wanted < 2:
+        return None
+    names = sorted(name for name, _ in fs.list(written) if name.endswith(".parquet"))
+    tasks = len(names)  # every task with rows wrote one file, and task 0 always writes one (maybe empty)
+    first = _local_path(fs, f"{written}/{names[0]}") if names and names[0].startswith("part-00000") else None
+    if first is not None:
+        import pyarrow.parquet as pq
+
+        try:
+            tasks -= pq.ParquetFile(first).metadata.num_rows == 0
+        except (OSError, ValueError):
+            pass
+    if not 0 < tasks < wanted:
+        return None
+    return (
+        f"the input ({size / 2**20:.1f} MiB) was read as {tasks} task(s) with rows for {cores} cores: Parquet "
+        "splits only at row-group boundaries and the input has too few row groups (pyarrow writes up to "
+        "1 M rows per group); rewrite it with smaller ones (pq.write_table(table, path, row_group_size=5_000), "
+        "or Spark's parquet.block.size) to spread the next release over every core"
+    )
+
+
 class SqlConf:
     """Set session SQL settings for a block and restore them after."""
 
@@ -316,6 +349,13 @@ def commit_stage(fs: FileSystem, paths: Paths, stage: str, existed: bool, run_id
     fs.remove(old)
 
 
+def _local_path(fs: FileSystem, path: str) -> str | None:
+    """``path`` as pyarrow reads it from the driver, or None where it cannot (a remote file system)."""
+    if fs.local:
+        return path
+    return path[len("file:") :] if path.startswith("file:") else None
+
+
 def type_changes(fs: FileSystem, input_files: list[str], stage: str, skip: list[str]) -> list[dict[str, str]] | None:
     """Columns whose Parquet type the Spark round trip changed (uint64 → decimal(20,0),
     zoned timestamps → UTC, ...), from the footers of one input file and one output file.
@@ -324,14 +364,9 @@ def type_changes(fs: FileSystem, input_files: list[str], stage: str, skip: list[
     """
     import pyarrow.parquet as pq
 
-    def local(path: str) -> str | None:
-        if fs.local:
-            return path
-        return path[len("file:") :] if path.startswith("file:") else None
-
     outputs = [n for n, _ in fs.list(stage) if n.endswith(".parquet")]
-    src = local(input_files[0]) if input_files else None
-    dst = local(f"{stage}/{outputs[0]}") if outputs else None
+    src = _local_path(fs, input_files[0]) if input_files else None
+    dst = _local_path(fs, f"{stage}/{outputs[0]}") if outputs else None
     if src is None or dst is None:
         return None
     try:

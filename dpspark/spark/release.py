@@ -134,9 +134,11 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     removed = target.remove_stale()
 
     # 3. read and validate
+    size = 0
     if source is not None:  # an input table
         df, files = source, input_files or []
-        splits = io.read_splits(spark, fs.size(root), c.partitions) if root else {}
+        size = fs.size(root) if root else 0
+        splits = io.read_splits(spark, size, c.partitions) if root else {}
     elif df is None:
         df = io.read_input(spark, fs, c.input, spec)
         size = fs.size(root + ("/" + ledger.spec_text(spec) if spec else ""))
@@ -173,6 +175,11 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
                 DPSparkWarning,
                 stacklevel=2,
             )
+        if splits and not table_out and not is_connect(spark) and (spec is not None or not keys):  # one directory
+            written = f"{stage}/{ledger.spec_text(spec)}" if spec is not None else stage
+            few = io.few_read_tasks(fs, written, size, splits, spark.sparkContext.defaultParallelism)
+            if few:
+                warnings.warn(few, DPSparkWarning, stacklevel=2)
 
         # 6. commit
         entry = ledger.entry(

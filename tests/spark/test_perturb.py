@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -233,3 +234,33 @@ def test_quiet_command_prints_nothing_but_the_jvm_launchers_notice(tmp_path):
     lines = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using incubator modules")]
     assert lines == [], done.stderr
     assert (tmp_path / "out" / "_dpspark_manifest.json").exists()
+
+
+def test_an_input_of_one_large_row_group_is_named_as_the_cause_of_one_task(spark, tmp_path, glove):
+    """Parquet splits at row-group boundaries only: a 0.3 MB one-group file runs as one task on a
+    two-core session. The release says so and how to write the input; the same rows in many
+    groups run on both cores and draw no such warning."""
+    from dpspark.errors import DPSparkWarning
+
+    EPS10_SMALL = ["--epsilon", "10", "--vocab-size", "2000"]
+    rng = np.random.default_rng(1)
+    texts = [" ".join(rng.choice(glove.words[:20000], 12)) for _ in range(4_000)]
+    one, many = tmp_path / "one.parquet", tmp_path / "many.parquet"
+    pq.write_table(pa.table({"text": texts}), one)  # one row group (pyarrow: up to 1 M rows each)
+    pq.write_table(pa.table({"text": texts}), many, row_group_size=250)
+    assert pq.ParquetFile(one).metadata.num_row_groups == 1
+    assert one.stat().st_size > 4 * (64 << 10)  # enough for a split per core
+
+    def release(src, name):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = tmp_path / name
+            assert main(["perturb", "--input", str(src), "--output", str(out), "--columns", "text"] + EPS10_SMALL) == 0
+        assert json.loads((out / "_dpspark_manifest.json").read_text())["counts"]["rows"] == len(texts)
+        return [str(w.message) for w in caught if issubclass(w.category, DPSparkWarning)]
+
+    said = [w for w in release(one, "out_one") if "row group" in w]
+    assert len(said) == 1, said
+    assert "read as 1 task(s) with rows for 2 cores" in said[0] and "row_group_size=" in said[0]
+    assert not [w for w in release(many, "out_many") if "row group" in w]
+    assert len(list((tmp_path / "out_many").glob("*.parquet"))) >= 2
