@@ -193,17 +193,21 @@ def read_splits(spark: SparkSession, size: int, partitions: int | None) -> dict[
     }
 
 
+WORTH_A_CORE = 1 << 20  # input bytes below which a core of its own is not worth a warning
+
+
 def few_read_tasks(fs: FileSystem, written: str, size: int, splits: dict[str, str], cores: int) -> str | None:
     """Why a release ran on fewer cores than its input's size asked for, or None.
 
     ``written`` is the directory that holds the release's Parquet files: one per read task
-    that had rows. When the input was large enough for at least ``cores`` splits of
-    ``read_splits``'s size but fewer tasks wrote, the input's Parquet row groups were too
-    few and too large (Spark splits only at their boundaries, and dpspark never shuffles raw
-    rows to spread them): the message says how to write the input for the next release.
+    that had rows. When the input was large enough for several splits of ``read_splits``'s
+    size, each worth a core (``WORTH_A_CORE`` bytes: ≈ 150,000 tokens of text, seconds of
+    search), but fewer tasks wrote, the input's Parquet row groups were too few and too
+    large (Spark splits only at their boundaries, and dpspark never shuffles raw rows to
+    spread them): the message says how to write the input for the next release.
     """
     target = int(splits.get("spark.sql.files.maxPartitionBytes", 0))
-    wanted = min(cores, -(-size // target)) if target else 0
+    wanted = min(cores, -(-size // target), size // WORTH_A_CORE) if target else 0
     if wanted < 2:
         return None
     names = sorted(name for name, _ in fs.list(written) if name.endswith(".parquet"))

@@ -237,19 +237,23 @@ def test_quiet_command_prints_nothing_but_the_jvm_launchers_notice(tmp_path):
 
 
 def test_an_input_of_one_large_row_group_is_named_as_the_cause_of_one_task(spark, tmp_path, glove):
-    """Parquet splits at row-group boundaries only: a 0.3 MB one-group file runs as one task on a
+    """Parquet splits at row-group boundaries only: a one-group file of over 2 MiB runs as one task on a
     two-core session. The release says so and how to write the input; the same rows in many
     groups run on both cores and draw no such warning."""
     from dpspark.errors import DPSparkWarning
+    from dpspark.spark import io
 
     EPS10_SMALL = ["--epsilon", "10", "--vocab-size", "2000"]
+    # Bytes, not tokens, decide the splits: few long random tokens (out of the vocabulary, so
+    # no search) make a file of over 2 MiB that perturbs in seconds.
     rng = np.random.default_rng(1)
-    texts = [" ".join(rng.choice(glove.words[:20000], 12)) for _ in range(4_000)]
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    texts = [" ".join("".join(rng.choice(letters, 24)) for _ in range(4)) for _ in range(24_000)]
     one, many = tmp_path / "one.parquet", tmp_path / "many.parquet"
     pq.write_table(pa.table({"text": texts}), one)  # one row group (pyarrow: up to 1 M rows each)
-    pq.write_table(pa.table({"text": texts}), many, row_group_size=250)
+    pq.write_table(pa.table({"text": texts}), many, row_group_size=2_000)
     assert pq.ParquetFile(one).metadata.num_row_groups == 1
-    assert one.stat().st_size > 4 * (64 << 10)  # enough for a split per core
+    assert one.stat().st_size > 2 * io.WORTH_A_CORE  # enough for a split per core
 
     def release(src, name):
         with warnings.catch_warnings(record=True) as caught:
