@@ -46,6 +46,9 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
         os.environ.setdefault(k, v)
     if (master or "local").startswith("local"):
         os.environ.setdefault("SPARK_SUBMIT_OPTS", _local_jvm_opts())
+        # One JVM talks to itself: bind to loopback, and Spark does not warn (without --quiet)
+        # that the host name resolves to a loopback address and it picked another interface.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Local workers run this interpreter (the one with dpspark installed) unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("dpspark")

@@ -236,6 +236,21 @@ def test_quiet_command_prints_nothing_but_the_jvm_launchers_notice(tmp_path):
     assert (tmp_path / "out" / "_dpspark_manifest.json").exists()
 
 
+def test_local_command_binds_to_loopback_without_a_warning(tmp_path):
+    """Without --quiet, a fresh local run logs its events but not Spark's "hostname resolves to
+    a loopback address" warning: a local JVM talks only to itself, so dpspark binds it to
+    127.0.0.1 (SPARK_LOCAL_IP, unless the user set one)."""
+    unset = ("SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS", "SPARK_LOCAL_IP")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    args = ["perturb", "--input", str(SAMPLE), "--output", str(tmp_path / "out"), "--columns", "text"]
+    args += ["--vocab-size", "2000", "--epsilon", "10", "--master", "local[1]"]
+    code = f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert '"event": "perturb_finished"' in done.stderr
+    assert "loopback" not in done.stderr and "SPARK_LOCAL_IP" not in done.stderr, done.stderr
+
+
 def test_an_input_of_one_large_row_group_is_named_as_the_cause_of_one_task(spark, tmp_path, glove):
     """Parquet splits at row-group boundaries only: a one-group file of over 2 MiB runs as one task on a
     two-core session. The release says so and how to write the input; the same rows in many
