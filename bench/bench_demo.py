@@ -53,8 +53,14 @@ logger.gateway.level = info
 
 
 def jvm_opts(tree: Path) -> str:
-    """The JVM options a tree's local session sets (dpspark/spark/session.py's _LOCAL_JVM_OPTS):
-    the logged run replaces SPARK_SUBMIT_OPTS, so it passes them on."""
+    """The JVM flags a tree's local session sets (dpspark.spark.session.local_jvm_flags, or the
+    _LOCAL_JVM_OPTS string of older trees): the logged run replaces SPARK_SUBMIT_OPTS, so it
+    passes them on."""
+    code = "from dpspark.spark.session import local_jvm_flags as f; print(f())"
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    p = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True)
+    if p.returncode == 0:
+        return p.stdout.strip()
     m = re.search(r'^_LOCAL_JVM_OPTS = "([^"]*)"', (tree / "dpspark/spark/session.py").read_text(), re.M)
     return m.group(1) if m else ""
 
