@@ -17,9 +17,10 @@ installed libraries; only dpspark's code differs.
 ``--breakdown`` runs each tree once more with Spark's INFO log (millisecond timestamps, a
 log4j file of this script's) and splits perturb-and-write into: planning (from the bundle's
 ``addArchive`` to the write job's start: the DataFrame plan, its analysis and code generation),
-the write's job(s), and inside them the Python runner's own times (of its slowest task) (boot: daemon and worker start;
-init: the UDF's unpickling and imports; finish: bundle load, perturbation and output), then
-the commit. Logging costs a little, so these runs are not counted in the medians.
+the write's job(s), and inside them the Python runner's own times of its slowest task (boot:
+daemon and worker start; init: the UDF's unpickling and imports; finish: bundle load,
+perturbation and output), then the commit. Logging costs a little, so these runs are not
+counted in the medians.
 """
 
 from __future__ import annotations

@@ -212,7 +212,10 @@ def few_read_tasks(fs: FileSystem, written: str, size: int, splits: dict[str, st
         return None
     names = sorted(name for name, _ in fs.list(written) if name.endswith(".parquet"))
     tasks = len(names)  # every task with rows wrote one file, and task 0 always writes one (maybe empty)
-    first = _local_path(fs, f"{written}/{names[0]}") if names and names[0].startswith("part-00000") else None
+    # Task 0's file changes the answer only when it is the one file or makes the count reach `wanted`.
+    first = None
+    if tasks in (1, wanted) and names[0].startswith("part-00000"):
+        first = _local_path(fs, f"{written}/{names[0]}")
     if first is not None:
         import pyarrow.parquet as pq
 

@@ -220,16 +220,24 @@ def test_user_embedding_from_a_shared_directory(spark, tmp_path, glove):
     assert m["embeddings"]["name"] == str(src)
 
 
-def test_quiet_command_prints_nothing_but_the_jvm_launchers_notice(tmp_path):
-    """--quiet in a fresh process, whose local JVM dpspark starts: no Spark log lines (the loopback
-    host, native Hadoop, "Setting default log level", I/O encryption without RPC encryption), no
-    output. The one line left is the java launcher's own notice of Spark 4's incubator module."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS")}
+def _fresh_perturb(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    """`dpspark perturb` of the sample in a fresh process, whose local JVM dpspark starts with its
+    own settings (none of the test session's JVM options, submit arguments or local IP)."""
+    unset = ("SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS", "SPARK_LOCAL_IP")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     args = ["perturb", "--input", str(SAMPLE), "--output", str(tmp_path / "out"), "--columns", "text"]
-    args += ["--vocab-size", "2000", "--epsilon", "10", "--master", "local[1]", "--quiet"]
+    args += ["--vocab-size", "2000", "--epsilon", "10", "--master", "local[1]", *extra]
     code = f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_quiet_command_prints_nothing_but_the_jvm_launchers_notice(tmp_path):
+    """--quiet in a fresh process: no Spark log lines (the loopback host, native Hadoop, "Setting
+    default log level", I/O encryption without RPC encryption), no output. The one line left is
+    the java launcher's own notice of Spark 4's incubator module."""
+    done = _fresh_perturb(tmp_path, "--quiet")
     assert done.stdout == ""
     lines = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using incubator modules")]
     assert lines == [], done.stderr
@@ -240,13 +248,7 @@ def test_local_command_binds_to_loopback_without_a_warning(tmp_path):
     """Without --quiet, a fresh local run logs its events but not Spark's "hostname resolves to
     a loopback address" warning: a local JVM talks only to itself, so dpspark binds it to
     127.0.0.1 (SPARK_LOCAL_IP, unless the user set one)."""
-    unset = ("SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS", "SPARK_LOCAL_IP")
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    args = ["perturb", "--input", str(SAMPLE), "--output", str(tmp_path / "out"), "--columns", "text"]
-    args += ["--vocab-size", "2000", "--epsilon", "10", "--master", "local[1]"]
-    code = f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = _fresh_perturb(tmp_path)
     assert '"event": "perturb_finished"' in done.stderr
     assert "loopback" not in done.stderr and "SPARK_LOCAL_IP" not in done.stderr, done.stderr
 
