@@ -14,6 +14,7 @@ from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
 from dpspark.config import EvaluateUtilityConfig, RiskConfig
 from dpspark.embeddings import load_default
 from dpspark.evaluation.datasets import sms_spam, sms_spam_table
+from dpspark.rng import SeededRunWarning
 from dpspark.spark.risk import run_privacy_risk
 from dpspark.spark.utility import run_evaluate_utility
 from dpspark.text import tokenize
@@ -104,7 +105,11 @@ def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identi
     shuffled = table.set_column(2, "label", pa.array(np.random.default_rng(0).permutation(labels).tolist()))
     path = tmp_path / "shuffled.parquet"
     pq.write_table(shuffled, path)
-    m = utility_run(spark, str(path), tmp_path / "u", epsilons="20", lambdas="1", repeats=2, mode="train-time")
+    # A fixed noise seed: with noise from the OS the AUC once fell outside the band.
+    with pytest.warns(SeededRunWarning):
+        m = utility_run(
+            spark, str(path), tmp_path / "u", epsilons="20", lambdas="1", repeats=2, mode="train-time", seed=11
+        )
     for mode in ("baseline", "train-time"):
         row = summary_row(m, mode)
         assert 0.35 <= row["auc_mean"] <= 0.65, (mode, row["auc_mean"])
