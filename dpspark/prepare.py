@@ -50,7 +50,7 @@ class Prepared:
     def perturber(self) -> TextPerturber:
         c = self.config
         return TextPerturber(
-            self.mechanism, self.embeddings.words, self.embeddings.word_index, c.oov, c.oov_token, layout=c.layout
+            self.mechanism, self.embeddings.word_rows, c.oov, c.oov_token, layout=c.layout
         )
 
     def write_bundle(self, directory: str | Path) -> Path:

@@ -43,6 +43,8 @@ from itertools import chain
 import numpy as np
 import pyarrow as pa
 
+from dpspark.arrow import strings
+from dpspark.embeddings import WordRows
 from dpspark.mechanisms import WordMechanism
 
 OOV_POLICIES = ("unk", "random", "drop", "keep")
@@ -147,8 +149,7 @@ class TextPerturber:
 
     Args:
         mechanism: the word mechanism.
-        words: the embedding's words, row-aligned with ``mechanism.vectors``.
-        word_index: word → embedding row.
+        words: the embedding's words (``WordRows``), row-aligned with ``mechanism.vectors``.
         oov: one of OOV_POLICIES.
         oov_token: the placeholder of the ``unk`` policy (non-empty, no whitespace).
         layout: one of LAYOUTS; only ``single`` stays inside the guarantee.
@@ -157,8 +158,7 @@ class TextPerturber:
     def __init__(
         self,
         mechanism: WordMechanism,
-        words: list[str] | np.ndarray,
-        word_index: dict[str, int],
+        words: WordRows,
         oov: str = "unk",
         oov_token: str = "[UNK]",
         *,
@@ -171,9 +171,9 @@ class TextPerturber:
         if not oov_token or any(c.isspace() for c in oov_token):
             raise ValueError(f"oov_token must be non-empty and hold no whitespace, got {oov_token!r}")
         self.mechanism = mechanism
-        self.word_index = word_index
+        self.words = words
         self.oov, self.oov_token, self.layout = oov, oov_token, layout
-        self.vocab_words = np.asarray(words, dtype=object)[mechanism.vocab_rows]
+        self.vocab_words = words.take(mechanism.vocab_rows)
 
     def perturb_array(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, np.ndarray]:
         """Perturb one string array.
@@ -196,8 +196,7 @@ class TextPerturber:
         ]
         lengths = np.array([len(s[0]) if s is not None else 0 for s in split], dtype=np.int64)
         tokens = list(chain.from_iterable(s[0] for s in split if s is not None))
-        lookup = self.word_index.get
-        rows = np.fromiter((lookup(t, -1) for t in tokens), np.int64, len(tokens))
+        rows = self.words.rows(tokens)
         known = (rows >= 0) & ~np.repeat(invalid, lengths)
 
         out = np.empty(len(tokens), dtype=object)
@@ -227,7 +226,7 @@ class TextPerturber:
             per_row[r, 0] = len(fields)
             if self.oov == "unk":
                 per_row[r, 1] = fields.count(self.oov_token)
-        return pa.array(result, type=array.type), per_row
+        return strings(result, array.type), per_row
 
     def perturb_texts(self, texts: list[str | None], rng: np.random.Generator) -> list[str | None]:
         """Convenience for plain Python lists (tests, notebooks)."""

@@ -14,7 +14,7 @@ module-level LRU cache (Spark reuses Python workers, and this module is imported
 pickled, so the cache survives across tasks). At most ``MAX_BUNDLES`` bundles and
 ``MAX_EMBEDDINGS`` embeddings are held: a notebook that calls ``perturb_text`` many
 times does not grow its workers without bound. Bundles of one embedding share its
-word dictionary (the largest object).
+words (the largest object).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from dpspark.bundle import Resources, load_bundle, load_embedding, read_settings, word_rows
+from dpspark.bundle import Resources, load_bundle, load_embedding, read_settings
 from dpspark.spark.session import is_connect
 
 MAX_BUNDLES = 2
@@ -122,7 +122,7 @@ def resources(name: str) -> Resources:
     embedding = _embeddings.get(sha)
     if embedding is None:
         _, vectors, words = load_embedding(directory)
-        embedding = (vectors, words, word_rows(words))
+        embedding = (vectors, words)
         _put(_embeddings, sha, embedding, MAX_EMBEDDINGS)
     else:
         _embeddings.move_to_end(sha)

@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import dpspark
 from dpspark import report
+from dpspark.arrow import numbers
 from dpspark.bundle import save_bundle
 from dpspark.config import StatsConfig
 from dpspark.embeddings import Embeddings, select_vocabulary
@@ -117,12 +118,12 @@ def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes
             keys = [k for k, _ in pairs]
             yield pa.RecordBatch.from_arrays(
                 [
-                    pa.array([it.block] * len(pairs), pa.int64()),
-                    pa.array([k[0] for k in keys], pa.float64()),
-                    pa.array([k[1] for k in keys], pa.float64()),
-                    pa.array([k[2] for k in keys], pa.int64()),
-                    pa.array([k[3] for k in keys], pa.int64()),
-                    pa.array([c for _, c in pairs], pa.int64()),
+                    numbers([it.block] * len(pairs), np.int64),
+                    numbers([k[0] for k in keys], np.float64),
+                    numbers([k[1] for k in keys], np.float64),
+                    numbers([k[2] for k in keys], np.int64),
+                    numbers([k[3] for k in keys], np.int64),
+                    numbers([c for _, c in pairs], np.int64),
                 ],
                 names=["block", "epsilon", "lam", "word", "output", "count"],
             )

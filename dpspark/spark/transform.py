@@ -21,7 +21,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from dpspark.arrow import numbers, to_numpy
 from dpspark.bundle import perturber_from
+from dpspark.embeddings import WordRows
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
 from dpspark.spark.resources import resources
@@ -89,7 +91,7 @@ def _perturb_batches(
             names += [f"{c}_original" for c in columns]
             arrays += originals
         names += counts
-        arrays += [pa.array(totals[:, j], pa.int64()) for j in range(len(COUNT_NAMES))]
+        arrays += [numbers(totals[:, j], np.int64) for j in range(len(COUNT_NAMES))]
         yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 
@@ -107,17 +109,21 @@ def perturb(df: DataFrame, bundle: str, job_key: bytes, columns: list[str], keep
     return map_in_arrow(df, run, fields)
 
 
-def mean_vectors(texts: list[str | None], vectors: np.ndarray, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def mean_vectors(texts: list[str | None], vectors: np.ndarray, words: WordRows) -> tuple[np.ndarray, np.ndarray]:
     """Mean embedding of each text's tokens (texts without an embedded token get the zero vector).
 
     Returns (n_valid × d, mask of non-null rows).
     """
     valid = np.array([t is not None for t in texts], dtype=bool)
-    out = np.zeros((int(valid.sum()), vectors.shape[1]))
-    for i, t in enumerate(t for t in texts if t is not None):
-        rows = [r for r in (index.get(tok, -1) for tok in tokenize(t)[0]) if r >= 0]
-        if rows:
-            out[i] = vectors[rows].mean(axis=0)
+    split = [tokenize(t)[0] for t in texts if t is not None]
+    rows = words.rows([tok for toks in split for tok in toks])
+    text_of = np.repeat(np.arange(len(split)), [len(toks) for toks in split])[rows >= 0]  # ascending
+    out = np.zeros((len(split), vectors.shape[1]))
+    counts = np.bincount(text_of, minlength=len(split))
+    some = np.flatnonzero(counts)
+    if len(some):
+        sums = np.add.reduceat(np.asarray(vectors[rows[rows >= 0]], np.float64), np.searchsorted(text_of, some), axis=0)
+        out[some] = sums / counts[some, None]
     return out, valid
 
 
@@ -142,20 +148,20 @@ def _vector_batches(
         if bundle is not None:
             res = resources(bundle)
             texts, _ = decode_strings(col)
-            x, valid = mean_vectors(texts, res.vectors, res.word_index)
+            x, valid = mean_vectors(texts, res.vectors, res.words)
         else:
-            valid = ~np.asarray(col.is_null(), dtype=bool)
-            flat = np.asarray(col.drop_null().flatten(), dtype=np.float64)
+            valid = ~to_numpy(col.is_null())
+            flat = np.asarray(to_numpy(col.drop_null().flatten()), dtype=np.float64)
             x = flat.reshape(int(valid.sum()), d)  # an all-null batch is a (0, d) matrix
         private = privemb(x, phi, epsilon, beta, rng) if phi is not None else m1(x, epsilon, rng)
         lengths = np.where(valid, dim, 0)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        values = pa.array(private.ravel(), type=out_type.value_type)
+        values = numbers(private, out_type.value_type.to_pandas_dtype())  # a numpy type: no pandas
         # Null rows stay null (from buffers: ListArray.from_arrays takes no mask before pyarrow 9).
         lists = pa.Array.from_buffers(
             pa.list_(values.type),
             len(valid),
-            [pa.array(valid, pa.bool_()).buffers()[1], pa.py_buffer(offsets)],
+            [numbers(valid, np.bool_).buffers()[1], pa.py_buffer(offsets)],
             null_count=int((~valid).sum()),
             children=[values],
         )

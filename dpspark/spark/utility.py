@@ -172,7 +172,7 @@ def _mean_vector_batches(batches: Iterator[pa.RecordBatch], bundle: str) -> Iter
     res = resources.resources(bundle)
     for b in batches:
         texts = b.column(0).to_pylist()
-        x, _ = mean_vectors(texts, res.vectors, res.word_index)
+        x, _ = mean_vectors(texts, res.vectors, res.words)
         flat = pa.array(x.ravel(), pa.float64())
         offsets = pa.array(np.arange(0, x.size + 1, x.shape[1], dtype=np.int32))
         yield pa.RecordBatch.from_arrays([pa.ListArray.from_arrays(offsets, flat), b.column(1)], ["vec", LABEL])

@@ -463,8 +463,8 @@ def test_executor_cache_is_bounded(glove, tmp_path, monkeypatch):
     # Least recently used first out: the newest bundles are held, the first one is not.
     assert list(resources._bundles) == names[-resources.MAX_BUNDLES :]
     assert resources.resources(names[-1]) is resources._bundles[names[-1]]
-    # Bundles of one embedding share its word dictionary.
-    assert len({id(b.word_index) for b in resources._bundles.values()}) == 1
+    # Bundles of one embedding share its words.
+    assert len({id(b.words) for b in resources._bundles.values()}) == 1
 
 
 def test_version_and_quiet(spark, capsys, tmp_path, dataset):

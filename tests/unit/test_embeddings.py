@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpspark.embeddings import Embeddings, load_embeddings, select_vocabulary
+from dpspark.embeddings import Embeddings, WordRows, load_embeddings, select_vocabulary
 from dpspark.errors import EmbeddingError
 
 V, D = 60, 5
@@ -259,3 +259,28 @@ def test_vocabulary_word_list_with_unknown_word(emb):
         select_vocabulary(emb, word_list=["w1", "zyzzyva", "w2"])
     assert "zyzzyva" in str(info.value)
     assert "1 vocabulary words" in str(info.value)
+
+
+def test_word_rows_finds_what_a_dict_finds(reference):
+    """WordRows.rows equals a word → row dict lookup: repeated, unknown, empty and non-ASCII tokens,
+    string and chunked Arrow input alike."""
+    words, _ = reference
+    index = dict(zip(words, range(len(words))))
+    tokens = ["w3", "café", "nope", "w3", "", "w59", "W3", "w0", "nope", "w58"]
+    expected = [index.get(t, -1) for t in tokens]
+    for given in (words, pa.array(words), pa.chunked_array([words[:20], words[20:]])):
+        rows = WordRows(given)
+        assert rows.rows(tokens).tolist() == expected and len(rows) == V
+        assert rows.rows([]).tolist() == [] and rows.rows(["nope"]).tolist() == [-1]
+        assert rows.take(np.array([59, 0, 59])).tolist() == ["café", "w0", "café"]
+
+
+def test_mean_vectors_average_the_embedded_tokens(reference):
+    from dpspark.spark.transform import mean_vectors
+
+    words, vectors = reference
+    texts = ["w1 w2 nope", None, "", "nope", "café w1 w1", "w5"]
+    x, valid = mean_vectors(texts, vectors, WordRows(words))
+    assert valid.tolist() == [True, False, True, True, True, True]
+    expected = [vectors[[1, 2]].mean(0), np.zeros(D), np.zeros(D), vectors[[59, 1, 1]].mean(0), vectors[5]]
+    np.testing.assert_allclose(x, np.array(expected, np.float64), rtol=1e-6)

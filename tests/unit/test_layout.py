@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from dpspark.config import PerturbConfig
+from dpspark.embeddings import WordRows
 from dpspark.prepare import prepare
 from dpspark.text import LAYOUTS, OOV_POLICIES, TextPerturber, assemble, decode_strings, tokenize
 
@@ -34,9 +35,7 @@ def vocab(prepared):
 
 
 def make(prepared, oov: str = "unk", layout: str = "single") -> TextPerturber:
-    return TextPerturber(
-        prepared.mechanism, prepared.embeddings.words, prepared.embeddings.word_index, oov, layout=layout
-    )
+    return TextPerturber(prepared.mechanism, prepared.embeddings.word_rows, oov, layout=layout)
 
 
 def test_words_of_these_tests_are_in_and_out_of_vocabulary(vocab):
@@ -96,9 +95,7 @@ def test_layout_and_oov_token_are_validated(prepared):
     with pytest.raises(ValueError, match="single.*lines.*keep"):
         make(prepared, layout="verbatim")
     with pytest.raises(ValueError, match="oov_token"):
-        TextPerturber(
-            prepared.mechanism, prepared.embeddings.words, prepared.embeddings.word_index, oov_token="[ UNK ]"
-        )
+        TextPerturber(prepared.mechanism, prepared.embeddings.word_rows, oov_token="[ UNK ]")
 
 
 # Invalid UTF-8 ---------------------------------------------------------------------------
@@ -145,9 +142,9 @@ def test_invalid_utf8_row_is_one_oov_token(prepared, vocab, policy, string_type)
 
 
 def test_invalid_utf8_row_is_oov_even_if_its_replacement_text_is_a_word(prepared):
-    word_index = dict(prepared.embeddings.word_index)
-    word_index["caf\ufffd"] = word_index["city"]
-    perturber = TextPerturber(prepared.mechanism, prepared.embeddings.words, word_index)
+    words = list(prepared.embeddings.words)
+    words[prepared.embeddings.index_of("city")] = "caf\ufffd"  # the replacement text is now a word
+    perturber = TextPerturber(prepared.mechanism, WordRows(words))
     assert perturber.perturb_array(corrupt(), np.random.default_rng(0))[0].to_pylist()[4] == "[UNK]"
 
 

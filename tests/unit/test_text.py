@@ -60,7 +60,7 @@ def test_output_is_faithful(prepared):
 
 def test_keep_layout_copies_whitespace(prepared):
     p = prepared[10.0]
-    perturber = TextPerturber(p.mechanism, p.embeddings.words, p.embeddings.word_index, layout="keep")
+    perturber = TextPerturber(p.mechanism, p.embeddings.word_rows, layout="keep")
     out = perturber.perturb_texts(TEXTS, np.random.default_rng(0))
     assert out[4].startswith("  ") and out[4].endswith("  ") and "   " in out[4]
     assert len(out[4].split()) == 2
