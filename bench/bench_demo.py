@@ -12,7 +12,8 @@ tree so that both see the same machine load, and prints per run and as medians:
     python bench/bench_demo.py --baseline /tmp/base [--pairs 4]
 
 The baseline runs with this interpreter and ``PYTHONPATH=<baseline>``, so both use the same
-installed libraries; only dpspark's code differs.
+installed libraries and read the same input (this tree's examples/reviews.parquet); only
+dpspark's code differs.
 
 ``--breakdown`` runs each tree once more with Spark's INFO log (millisecond timestamps, a
 log4j file of this script's) and splits perturb-and-write into: planning (from the bundle's
@@ -39,6 +40,7 @@ from pathlib import Path
 from cpu import cpu_line
 
 ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "examples" / "reviews.parquet"
 
 
 LOG4J = """rootLogger.level = info
@@ -103,6 +105,7 @@ def run(tree: Path, out: Path, log4j: Path | None = None) -> dict:
         env["SPARK_SUBMIT_OPTS"] = f"{jvm_opts(tree)} -Dlog4j2.configurationFile=file:{log4j}"
     cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]
     cmd += ["perturb", "--config", "conf/perturb.yaml", "--epsilon", "10", "--output", str(out), "--quiet"]
+    cmd += ["--input", str(SAMPLE)]  # both trees read this tree's sample: only the code differs
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
