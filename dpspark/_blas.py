@@ -13,7 +13,9 @@ system, and OpenBLAS's own kernel choice is not the fastest one on AMD Zen 4
 
 The choice only changes speed: both compute the same products up to float rounding
 order. Nothing is changed when the user set OPENBLAS_CORETYPE or DPSPARK_KEEP_BLAS=1,
-when numpy is already loaded, or on any other CPU.
+when numpy is already loaded, or on any other CPU. Where an OPENBLAS_CORETYPE from the
+environment overrides the kernel measured fastest on a measured CPU, the commands say so in
+their log (``kept_kernel_note``): a machine-wide setting is otherwise followed silently.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import os
 import sys
 from itertools import takewhile
 
-# (vendor, family) of CPUs with AVX-512 -> the OpenBLAS core type measured fastest there.
-_KERNELS = {("AuthenticAMD", "25"): "Haswell"}
+# (vendor, family) of CPUs with AVX-512 -> the OpenBLAS core type measured fastest there
+# (None: OpenBLAS's own choice was).
+_KERNELS: dict[tuple[str, str], str | None] = {("AuthenticAMD", "25"): "Haswell", ("AuthenticAMD", "26"): None}
 
 
 def cpu_fields() -> dict[str, str]:
@@ -43,6 +46,27 @@ def preferred_kernel(fields: dict[str, str] | None = None) -> str | None:
     if "avx512f" not in fields.get("flags", "").split():
         return None
     return _KERNELS.get((fields.get("vendor_id", ""), fields.get("cpu family", "")))
+
+
+def kept_kernel_note(fields: dict[str, str] | None = None) -> str | None:
+    """A log line when the environment's OPENBLAS_CORETYPE overrides the kernel measured fastest
+    on this CPU (call it before ``prefer_fast_kernels``); None where it does not, or where no
+    measurement says which is faster."""
+    given = os.environ.get("OPENBLAS_CORETYPE")
+    fields = cpu_fields() if fields is None else fields
+    key = (fields.get("vendor_id", ""), fields.get("cpu family", ""))
+    if not given or key not in _KERNELS or "avx512f" not in fields.get("flags", "").split():
+        return None
+    best = _KERNELS[key]
+    if best is not None and given.lower() == best.lower():
+        return None
+    faster = f"the {best} kernels measured faster" if best else "OpenBLAS's own kernel choice measured faster"
+    return (
+        f"OPENBLAS_CORETYPE={given} from the environment is kept; on this CPU ({key[0]} family {key[1]}) "
+        f"{faster} for the nearest-word search: "
+        + (f"set OPENBLAS_CORETYPE={best}" if best else "unset it")
+        + " for faster runs"
+    )
 
 
 def prefer_fast_kernels() -> None:

@@ -299,6 +299,7 @@ def _cmd_evaluation(command: str, c: Any) -> int:
 def main(argv: list[str] | None = None) -> int:
     from dpspark import _blas
 
+    kept = _blas.kept_kernel_note()
     _blas.prefer_fast_kernels()  # before numpy loads OpenBLAS (an explicit step of the command, not an import)
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
@@ -306,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     # --quiet prints nothing but errors: no log lines, no warnings (the manifest records the opt-ins).
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("dpspark").setLevel(logging.ERROR if quiet else logging.INFO)
+    if kept:
+        logging.getLogger("dpspark").info(kept)
     from dpspark import config
     from dpspark.errors import DPSparkError
 
