@@ -86,6 +86,19 @@ def test_bf16_equals_float64_argmin_on_noisy_glove(bf16, vocab, epsilon):
     np.testing.assert_array_equal(bf16.query(q), float64_argmin(vocab, q))
 
 
+@pytest.mark.parametrize(("flags", "k"), [("avx512f avx512_bf16", 54), ("avx512f avx512_bf16 amx_bf16 amx_tile", 64)])
+def test_bf16_rows_are_padded_to_amx_tiles_only_where_amx_runs(vocab, monkeypatch, flags, k):
+    # AVX512-BF16 multiplies pairs: d + 4 = 54 columns; AMX tiles hold 32 bf16: 64. Exact either way.
+    pytest.importorskip("torch")
+    from dpspark import _blas
+
+    monkeypatch.setattr(_blas, "cpu_fields", lambda: {"flags": flags})
+    index = CertifiedIndex(vocab[:5000])
+    assert index._k == k
+    q = noisy(vocab[:5000], 500, 10.0, seed=3)
+    np.testing.assert_array_equal(index.query(q), float64_argmin(vocab[:5000], q))
+
+
 def test_bf16_across_query_blocks_and_against_float32(bf16, vocab, monkeypatch):
     # Several searches and GEMMs per call, partial ones last; a vocabulary that is not a whole
     # number of word blocks.
