@@ -137,8 +137,9 @@ class CertifiedIndex:
 
     Scores. Word rows are (x, h, l, 1, 1) and query rows (q, 1, 1, a, b), rounded to the
     low-precision format (p significant bits; bf16: p = 8) and zero padded to K = d + 4
-    rounded up to the backend's ``k_multiple`` (bf16: 32 for AMX tiles, 2 for AVX512-BF16), where h + l ≈ n = −‖x‖²/2 and a + b = C exactly (two-term splits,
-    so the large norm terms lose almost nothing). A GEMM with float32 accumulation gives
+    rounded up to the backend's ``k_multiple`` (bf16: 32 for AMX tiles, 2 for AVX512-BF16),
+    where h + l ≈ n = −‖x‖²/2 and a + b = C exactly (two-term splits, so the large norm terms
+    lose almost nothing). A GEMM with float32 accumulation gives
     y ≈ t = s + C with s = q·x − ‖x‖²/2, and rounds y once more to p bits on output (ŝ).
     argmax s = argmin ‖q − x‖²; C, the same for every word of a query, is chosen below
     −max s so that every y < 0 (see ``_queries``), which lets the bf16 backend find each
