@@ -53,12 +53,13 @@ def check_columns(df: DataFrame, config: PerturbConfig, hidden: list[str] | None
 
 def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedded: dict[str, int]) -> list[str]:
     """The ``size`` most frequent embedded tokens of the corpus: data-dependent, published by the output."""
+    from dpspark.arrow import strings
     from dpspark.text import decode_strings, tokenize
 
     def tokens(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             toks = [t for col in columns for s in decode_strings(b.column(col))[0] if s for t in tokenize(s)[0]]
-            yield pa.RecordBatch.from_pydict({"token": pa.array(toks, pa.string())})
+            yield pa.RecordBatch.from_pydict({"token": strings(toks)})
 
     schema = T.StructType([T.StructField("token", T.StringType())])
     counted = df.select(*[F.col(quote(c)) for c in columns]).mapInArrow(tokens, schema).groupBy("token").count()

@@ -34,6 +34,7 @@ from pyspark.sql import types as T
 
 import dpspark
 from dpspark import risk
+from dpspark.arrow import strings
 from dpspark.bundle import save_bundle
 from dpspark.config import RiskConfig
 from dpspark.embeddings import select_vocabulary
@@ -77,7 +78,7 @@ def token_counts(df: DataFrame, column: str) -> dict[str, int]:
     def tokens(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             toks = [t for s in decode_strings(b.column(0))[0] if s for t in tokenize(s)[0]]
-            yield pa.RecordBatch.from_pydict({"token": pa.array(toks, pa.string())})
+            yield pa.RecordBatch.from_pydict({"token": strings(toks)})
 
     schema = T.StructType([T.StructField("token", T.StringType())])
     counted = df.select(F.col(quote(column))).mapInArrow(tokens, schema).groupBy("token").count()

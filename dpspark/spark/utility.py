@@ -45,6 +45,7 @@ from pyspark.sql import types as T
 
 import dpspark
 from dpspark import utility
+from dpspark.arrow import numbers
 from dpspark.config import EvaluateUtilityConfig, PerturbConfig
 from dpspark.errors import InputDataError
 from dpspark.prepare import Prepared, prepare
@@ -173,8 +174,8 @@ def _mean_vector_batches(batches: Iterator[pa.RecordBatch], bundle: str) -> Iter
     for b in batches:
         texts = b.column(0).to_pylist()
         x, _ = mean_vectors(texts, res.vectors, res.words)
-        flat = pa.array(x.ravel(), pa.float64())
-        offsets = pa.array(np.arange(0, x.size + 1, x.shape[1], dtype=np.int32))
+        flat = numbers(x, np.float64)
+        offsets = numbers(np.arange(0, x.size + 1, x.shape[1]), np.int32)
         yield pa.RecordBatch.from_arrays([pa.ListArray.from_arrays(offsets, flat), b.column(1)], ["vec", LABEL])
 
 
