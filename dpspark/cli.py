@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("dpspark").setLevel(logging.ERROR if quiet else logging.INFO)
     if kept:
-        logging.getLogger("dpspark").info(kept)
+        logging.getLogger("dpspark.blas").info(kept)  # "dpspark" itself logs JSON events only
     from dpspark import config
     from dpspark.errors import DPSparkError
 
