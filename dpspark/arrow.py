@@ -1,7 +1,8 @@
 """Arrow arrays to and from numpy and Python values without importing pandas.
 
-``pa.array``, ``pa.scalar`` and ``Array.to_numpy`` import pandas the first time one of them is
-called in a process (pyarrow's pandas shim), ≈ 0.2 s. Executors run in fresh Python workers
+``pa.array``, ``pa.scalar``, ``Array.to_numpy`` (and, before pyarrow 19, even
+``DataType.to_pandas_dtype``) import pandas the first time one of them is called in a process
+(pyarrow's pandas shim), ≈ 0.2 s. Executors run in fresh Python workers
 where nothing else needs pandas, so that import was a fixed cost of every worker of every job
 (a fifth of a small job's executor time). These go through Arrow buffers instead; their
 results equal pyarrow's own (tests/unit/test_arrow.py).
@@ -55,10 +56,18 @@ def to_numpy(a: pa.Array) -> np.ndarray:
             return np.zeros(0, bool)
         bits = np.frombuffer(a.buffers()[1], np.uint8)
         return np.unpackbits(bits, count=a.offset + len(a), bitorder="little")[a.offset :].astype(bool)
-    dtype = np.dtype(a.type.to_pandas_dtype())
+    dtype = numpy_dtype(a.type)
     if len(a) == 0:
         return np.zeros(0, dtype)
     return np.frombuffer(a.buffers()[1], dtype, count=len(a), offset=a.offset * dtype.itemsize)
+
+
+def numpy_dtype(t: pa.DataType) -> np.dtype:
+    """The numpy dtype of a fixed-width integer or floating Arrow type."""
+    if pa.types.is_signed_integer(t) or pa.types.is_unsigned_integer(t) or pa.types.is_floating(t):
+        kind = "f" if pa.types.is_floating(t) else "i" if pa.types.is_signed_integer(t) else "u"
+        return np.dtype(f"{kind}{t.bit_width // 8}")
+    raise TypeError(f"no fixed-width numpy dtype for Arrow type {t}")
 
 
 def _bits(mask: np.ndarray) -> pa.Buffer:

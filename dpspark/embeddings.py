@@ -99,14 +99,17 @@ class WordRows:
         found = np.full(len(distinct), -1, np.int64)
         if distinct:
             at = pc.index_in(self.array, value_set=strings(list(distinct), self.array.type))
-            found[to_numpy(at.drop_null())] = to_numpy(pc.indices_nonzero(at.is_valid()))  # token → word row
+            # pc functions, not Array methods: those import pandas before pyarrow 15 (dpspark.arrow).
+            found[to_numpy(pc.drop_null(at))] = to_numpy(pc.indices_nonzero(pc.is_valid(at)))  # token → word row
         return found[ids]
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """The words of ``rows``, as a numpy object array of str (through a list: pyarrow's own
         conversion to objects imports pandas, see ``dpspark.arrow``)."""
+        import pyarrow.compute as pc
+
         words = np.empty(len(rows), dtype=object)
-        words[:] = self.array.take(numbers(rows, np.int64)).to_pylist()
+        words[:] = pc.take(self.array, numbers(rows, np.int64)).to_pylist()
         return words
 
 

@@ -18,10 +18,11 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from dpspark.arrow import numbers, to_numpy
+from dpspark.arrow import numbers, numpy_dtype, to_numpy
 from dpspark.bundle import perturber_from
 from dpspark.embeddings import WordRows
 from dpspark.privemb import m1, privemb
@@ -150,13 +151,13 @@ def _vector_batches(
             texts, _ = decode_strings(col)
             x, valid = mean_vectors(texts, res.vectors, res.words)
         else:
-            valid = ~to_numpy(col.is_null())
-            flat = np.asarray(to_numpy(col.drop_null().flatten()), dtype=np.float64)
+            valid = ~to_numpy(pc.is_null(col))  # pc functions: Array methods import pandas (dpspark.arrow)
+            flat = np.asarray(to_numpy(pc.list_flatten(pc.drop_null(col))), dtype=np.float64)
             x = flat.reshape(int(valid.sum()), d)  # an all-null batch is a (0, d) matrix
         private = privemb(x, phi, epsilon, beta, rng) if phi is not None else m1(x, epsilon, rng)
         lengths = np.where(valid, dim, 0)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        values = numbers(private, out_type.value_type.to_pandas_dtype())  # a numpy type: no pandas
+        values = numbers(private, numpy_dtype(out_type.value_type))
         # Null rows stay null (from buffers: ListArray.from_arrays takes no mask before pyarrow 9).
         lists = pa.Array.from_buffers(
             pa.list_(values.type),

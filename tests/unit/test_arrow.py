@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpspark.arrow import numbers, strings, to_numpy
+from dpspark.arrow import numbers, numpy_dtype, strings, to_numpy
 
 TEXTS = ["a", None, "", "café ünïcode", None, "x" * 1000]
 
@@ -35,7 +35,7 @@ def test_numbers_equal_pa_array(dtype):
 def test_they_do_not_import_pandas():
     code = (
         "import sys, numpy as np; from dpspark.arrow import numbers, strings, to_numpy; "
-        "strings(['a', None]); numbers(np.arange(3), np.int64); to_numpy(numbers([True, False], np.bool_)); "
+        "strings(['a', None]); to_numpy(numbers(np.arange(3), np.int64)); to_numpy(numbers([True, False], np.bool_)); "
         "print('pandas' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -54,3 +54,15 @@ def test_they_do_not_import_pandas():
 )
 def test_to_numpy_equals_pyarrows(array):
     np.testing.assert_array_equal(to_numpy(array), array.to_numpy(zero_copy_only=False))
+
+
+@pytest.mark.parametrize(
+    "type_", [pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.uint64(), pa.float32(), pa.float64()]
+)
+def test_numpy_dtype_is_pyarrows(type_):
+    assert numpy_dtype(type_) == np.dtype(type_.to_pandas_dtype())
+
+
+def test_numpy_dtype_refuses_other_types():
+    with pytest.raises(TypeError, match="fixed-width"):
+        numpy_dtype(pa.string())
