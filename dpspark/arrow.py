@@ -1,8 +1,9 @@
 """Arrow arrays to and from numpy and Python values without importing pandas.
 
-``pa.array``, ``pa.scalar``, ``Array.to_numpy`` (and, before pyarrow 19, even
-``DataType.to_pandas_dtype``) import pandas the first time one of them is called in a process
-(pyarrow's pandas shim), ≈ 0.2 s. Executors run in fresh Python workers
+``pa.array``, ``pa.scalar`` and ``Array.to_numpy`` import pandas the first time one of them is
+called in a process (pyarrow's pandas shim), ≈ 0.2 s; so do ``DataType.to_pandas_dtype`` in
+pyarrow 14 and 19 (not 26) and ``Array.take``, ``is_valid`` and ``drop_null`` in pyarrow 8
+(the ``pyarrow.compute`` functions do not). Executors run in fresh Python workers
 where nothing else needs pandas, so that import was a fixed cost of every worker of every job
 (a fifth of a small job's executor time). These go through Arrow buffers instead; their
 results equal pyarrow's own (tests/unit/test_arrow.py).

@@ -99,7 +99,7 @@ class WordRows:
         found = np.full(len(distinct), -1, np.int64)
         if distinct:
             at = pc.index_in(self.array, value_set=strings(list(distinct), self.array.type))
-            # pc functions, not Array methods: those import pandas before pyarrow 15 (dpspark.arrow).
+            # pc functions, not Array methods: those import pandas in pyarrow 8 (dpspark.arrow).
             found[to_numpy(pc.drop_null(at))] = to_numpy(pc.indices_nonzero(pc.is_valid(at)))  # token → word row
         return found[ids]
 
