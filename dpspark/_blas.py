@@ -40,12 +40,17 @@ def cpu_fields() -> dict[str, str]:
     return dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines) if k.strip())
 
 
+def _measured(fields: dict[str, str] | None) -> tuple[str, str] | None:
+    """This CPU's (vendor, family) where ``_KERNELS`` holds a measurement for it, else None."""
+    fields = cpu_fields() if fields is None else fields
+    key = (fields.get("vendor_id", ""), fields.get("cpu family", ""))
+    return key if key in _KERNELS and "avx512f" in fields.get("flags", "").split() else None
+
+
 def preferred_kernel(fields: dict[str, str] | None = None) -> str | None:
     """The OpenBLAS core type dpspark sets on this CPU, or None to keep OpenBLAS's own choice."""
-    fields = cpu_fields() if fields is None else fields
-    if "avx512f" not in fields.get("flags", "").split():
-        return None
-    return _KERNELS.get((fields.get("vendor_id", ""), fields.get("cpu family", "")))
+    key = _measured(fields)
+    return _KERNELS[key] if key else None
 
 
 def kept_kernel_note(fields: dict[str, str] | None = None) -> str | None:
@@ -53,9 +58,8 @@ def kept_kernel_note(fields: dict[str, str] | None = None) -> str | None:
     on this CPU (call it before ``prefer_fast_kernels``); None where it does not, or where no
     measurement says which is faster."""
     given = os.environ.get("OPENBLAS_CORETYPE")
-    fields = cpu_fields() if fields is None else fields
-    key = (fields.get("vendor_id", ""), fields.get("cpu family", ""))
-    if not given or key not in _KERNELS or "avx512f" not in fields.get("flags", "").split():
+    key = _measured(fields)
+    if not given or not key:
         return None
     best = _KERNELS[key]
     if best is not None and given.lower() == best.lower():

@@ -358,13 +358,11 @@ class _TorchBF16:
     def __init__(self) -> None:
         import torch
 
-        from dpspark._blas import cpu_fields
-
         self.torch = torch
         _follow_blas_threads(torch)
         # Rows padded to AMX's tile depth (32 bf16) where it runs; AVX512-BF16 multiplies pairs,
         # and padding beyond them is work: d = 50 pads to 54, not 64 (+13% queries/s on Zen 5).
-        self.k_multiple = 32 if "amx_bf16" in cpu_fields().get("flags", "").split() else 2
+        self.k_multiple = 32 if "amx_bf16" in _cpu_flags() else 2
 
     def round(self, a: np.ndarray) -> np.ndarray:
         return self.matrix(a).double().numpy()
@@ -491,13 +489,17 @@ def _follow_blas_threads(torch) -> None:
         torch.set_num_threads(min(counts))
 
 
+def _cpu_flags() -> set[str]:
+    """This CPU's flags from /proc/cpuinfo (no torch import)."""
+    from dpspark._blas import cpu_fields
+
+    return set(cpu_fields().get("flags", "").split())
+
+
 def _bf16_cpu() -> bool:
     """A CPU with bf16 GEMM instructions (AMX-BF16 or AVX512-BF16) and PyTorch installed;
     reads /proc/cpuinfo only (no torch import)."""
-    from dpspark._blas import cpu_fields
-
-    flags = set(cpu_fields().get("flags", "").split())
-    return bool(flags & {"amx_bf16", "avx512_bf16"}) and importlib.util.find_spec("torch") is not None
+    return bool(_cpu_flags() & {"amx_bf16", "avx512_bf16"}) and importlib.util.find_spec("torch") is not None
 
 
 def lowp_available() -> bool:

@@ -118,12 +118,13 @@ def mean_vectors(texts: list[str | None], vectors: np.ndarray, words: WordRows) 
     valid = np.array([t is not None for t in texts], dtype=bool)
     split = [tokenize(t)[0] for t in texts if t is not None]
     rows = words.rows([tok for toks in split for tok in toks])
-    text_of = np.repeat(np.arange(len(split)), [len(toks) for toks in split])[rows >= 0]  # ascending
+    known = rows >= 0
+    text_of = np.repeat(np.arange(len(split)), [len(toks) for toks in split])[known]  # ascending
     out = np.zeros((len(split), vectors.shape[1]))
     counts = np.bincount(text_of, minlength=len(split))
     some = np.flatnonzero(counts)
     if len(some):
-        sums = np.add.reduceat(np.asarray(vectors[rows[rows >= 0]], np.float64), np.searchsorted(text_of, some), axis=0)
+        sums = np.add.reduceat(np.asarray(vectors[rows[known]], np.float64), np.searchsorted(text_of, some), axis=0)
         out[some] = sums / counts[some, None]
     return out, valid
 
