@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dpspark.errors import ConfigError, LedgerError
+from dpspark.errors import ConfigError, LedgerError, ReleaseRefusedError
 
 LEDGER_DIR = "_dpspark_ledger"
 ENTRY_KEYS = ("run_id", "partition", "epsilon", "mechanism", "finished_at", "rerelease")
@@ -113,3 +113,30 @@ def epsilon_spent(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for s in specs
     ]
+
+
+def check_unchanged(
+    earlier: list[dict[str, Any]], current: list[dict[str, Any]], spec: dict[str, str] | None, output: str
+) -> None:
+    """Refuse (exit 7) when a release that overlaps ``spec`` entered the ledger after this run read it:
+    two runs raced for the same records. Called holding the output's lock, just before the commit;
+    ``--allow-rerelease`` covers only the earlier releases that the run saw and was checked against."""
+    seen = {e["run_id"] for e in earlier}
+    raced = overlapping([e for e in current if e["run_id"] not in seen], spec)
+    if raced:
+        last = raced[-1]
+        raise ReleaseRefusedError(
+            f"{spec_text(spec)} of {output} was released by another run while this one ran (run "
+            f"{last['run_id']}, {spec_text(last['partition'])}, epsilon {last['epsilon']:g}, at "
+            f"{last['finished_at']}): nothing of this run was published and its epsilon was not spent; look at "
+            "that release before releasing these records again"
+        )
+
+
+def summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The manifest's ``ledger``: every release of the output so far, the last one this run's."""
+    return {
+        "releases": len(entries),
+        "epsilon_spent": epsilon_spent(entries),
+        "rerelease": bool(entries[-1]["rerelease"]),
+    }

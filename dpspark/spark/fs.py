@@ -185,6 +185,49 @@ class FileSystem:
     def write_text(self, path: str, text: str, overwrite: bool = True) -> None:
         self.write_bytes(path, text.encode("utf-8"), overwrite)
 
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create ``path`` holding ``data`` only if nothing is there; False when something is.
+
+        The one primitive that the release lock (``dpspark.spark.io.Lock``) rests on. It is
+        atomic where the file system makes creation exclusive: a local or NFS file system
+        (``O_CREAT | O_EXCL``: Hadoop's own local ``create(overwrite=false)`` checks and then
+        creates, so ``file:`` paths go through the operating system instead), HDFS and viewfs
+        over it, ABFS with hierarchical namespace and dbfs (create without overwrite is one
+        metadata operation there). On s3a it is atomic only with conditional writes (Hadoop
+        3.4.1+, ``If-None-Match``); older s3a clients check and then write, so two runs that
+        reach the same instant can both believe they hold the lock.
+        """
+        local = self.local_file(path)
+        if local is not None:
+            Path(local).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return True
+        fs, p = self._hadoop(path)
+        try:
+            out = fs.create(p, False)
+        except Exception as exc:  # noqa: BLE001 - py4j wraps FileAlreadyExistsException
+            if "FileAlreadyExists" in str(exc) or fs.exists(p):
+                return False
+            raise OSError(f"could not create {path} ({str(exc).splitlines()[0]})") from None
+        try:
+            out.write(bytearray(data))
+        finally:
+            out.close()
+        return True
+
+    def local_file(self, path: str) -> str | None:
+        """``path`` as the driver's operating system names it when it is on the local file system."""
+        if self.local:
+            return urlparse(path).path if path.startswith("file:") else path
+        fs, p = self._hadoop(path)
+        uri = fs.makeQualified(p).toUri()
+        return str(uri.getPath()) if uri.getScheme() == "file" else None
+
     def check_writable(self, path: str) -> None:
         """Write and remove a probe file in ``path``'s nearest existing ancestor, creating nothing else.
 

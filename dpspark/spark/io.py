@@ -34,7 +34,10 @@ from dpspark.spark.session import is_connect
 MANIFEST = "_dpspark_manifest.json"
 TMP_PREFIX = "_dpspark_tmp_"
 OLD_PREFIX = "_dpspark_old_"
+LOCK_PREFIX = "_dpspark_lock_"
 STALE_AFTER_S = 24 * 3600  # a temporary of another host (or an unknown owner) older than this is stale
+LOCK_STALE_S = 6 * 3600  # a lock of another host older than this is stale (a commit takes seconds to minutes)
+LOCK_WAIT_S = 900.0  # how long a commit waits for another run's commit to finish
 
 
 def describe_spark_error(exc: BaseException, path: str) -> InputDataError | None:
@@ -54,27 +57,36 @@ def describe_spark_error(exc: BaseException, path: str) -> InputDataError | None
 class Paths:
     """The resolved input and output of a release, checked before any work."""
 
-    def __init__(self, fs: FileSystem, input: str | None, output: str, input_files: list[str] | None = None) -> None:  # noqa: A002
+    def __init__(self, fs: FileSystem, input: str | None, output: str, sources: list[str] | None = None) -> None:  # noqa: A002
         self.fs = fs
         self.output_given = output
-        self.output = fs.resolve(output)
+        self.output = resolve_output(fs, output)
         self.input_given = input
-        self.input = input_root(fs, input, input_files)
+        self.inputs = input_roots(fs, input, sources)
+        self.input = self.inputs[0] if self.inputs else None
         self.parent, self.name = posixpath.split(self.output.rstrip("/"))
 
     def check_overlap(self) -> None:
-        """Refuse an output that equals, contains or lies inside the input (after resolution)."""
-        if self.input is None:
-            return
-        i, o = self.input, self.output
-        if FileSystem.inside(o, i) or FileSystem.inside(i, o):
-            what = (
-                "is" if o.rstrip("/") == i.rstrip("/") else ("lies inside" if FileSystem.inside(o, i) else "contains")
-            )
-            raise ConfigError(
-                f"output {self.output_given} {what} the input {self.input_given or i} (resolved: output {o}, input "
-                f"{i}): a release must never write over, into or around its raw input; choose an output outside it"
-            )
+        """Refuse an output that equals, contains or lies inside any input (after resolution)."""
+        for i in self.inputs:
+            o = self.output
+            if FileSystem.inside(o, i) or FileSystem.inside(i, o):
+                what = (
+                    "is"
+                    if o.rstrip("/") == i.rstrip("/")
+                    else ("lies inside" if FileSystem.inside(o, i) else "contains")
+                )
+                given = self.input_given if i == self.input and self.input_given else i
+                raise ConfigError(
+                    f"output {self.output_given} {what} the input {given} (resolved: output {o}, input "
+                    f"{i}): a release must never write over, into or around its raw input; choose an output outside it"
+                )
+
+    def lock(self, run_id: str) -> Lock:
+        """The commit lock of this output (a sibling file, hidden from readers like the stage)."""
+        return Lock(
+            self.fs, posixpath.join(self.parent, f"{LOCK_PREFIX}{self.name}"), run_id, f"output {self.output_given}"
+        )
 
     def is_release(self, path: str | None = None) -> bool:
         """True when ``path`` (default: the output) is an earlier dpspark output (manifest or ledger)."""
@@ -126,11 +138,90 @@ class Paths:
         return removed
 
 
-def input_root(fs: FileSystem, input: str | None, input_files: list[str] | None) -> str | None:  # noqa: A002
-    """The resolved input path, else the dataset directory of the input's files, else None."""
-    if input is not None:
-        return fs.resolve(input)
-    return dataset_root([fs.resolve(f) for f in input_files]) if input_files else None
+def input_roots(fs: FileSystem, input: str | None, sources: list[str] | None) -> list[str]:  # noqa: A002
+    """The resolved input path, then every source location of the input's DataFrame
+    (``dpspark.spark.lineage``), partition directories removed (``…/date=X`` → ``…``): the
+    places no output may overlap."""
+    roots = [fs.resolve(input)] if input is not None else []
+    for location in sources or []:
+        root = fs.resolve(location)
+        while "=" in posixpath.basename(root.rstrip("/")):
+            root = posixpath.dirname(root.rstrip("/"))
+        if root not in roots:
+            roots.append(root)
+    return roots
+
+
+def resolve_output(fs: FileSystem, output: str) -> str:
+    """The resolved output, or a ConfigError for a path no file system of the session can take
+    (an unknown scheme, a host the local file system does not serve, a dangling symbolic link)."""
+    try:
+        resolved = fs.resolve(output)
+    except Exception as exc:  # noqa: BLE001 - py4j wraps the Java errors
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip() and "calling" not in ln), str(exc))
+        raise ConfigError(
+            f"output {output} is not a path this session can write ({first[:200]}): give a directory on a file "
+            "system the session knows (a plain path, or file:///, hdfs://, s3a://, dbfs:/ ...)"
+        ) from None
+    local = fs.local_file(output) if "://" not in output or output.startswith("file:") else None
+    if local is not None and os.path.islink(local) and not os.path.exists(local):
+        raise ConfigError(
+            f"output {output} is a symbolic link to {os.readlink(local)}, which does not exist: remove the link or "
+            "choose another --output"
+        )
+    return resolved
+
+
+class Lock:
+    """The commit lock of one output: a small file created exclusively (``FileSystem.create_exclusive``).
+
+    Held only while a release re-reads the ledger, checks it and commits (seconds), never while
+    it transforms: releases of different partitions still run side by side and queue only for
+    their commits. The file names its holder (host, process, run); a lock whose process of this
+    host is gone, or another host's lock older than ``LOCK_STALE_S``, is taken over. A run that
+    cannot get the lock within ``LOCK_WAIT_S`` fails with exit 5 and the lock file's name.
+    """
+
+    def __init__(self, fs: FileSystem, path: str, run_id: str, what: str) -> None:
+        self.fs, self.path, self.what = fs, path, what
+        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": run_id}
+
+    def __enter__(self) -> Lock:
+        data = json.dumps({**self.owner, "since": time.time()}).encode()
+        deadline, pause = time.monotonic() + LOCK_WAIT_S, 0.05
+        while not self.fs.create_exclusive(self.path, data):
+            holder = self._holder()
+            if holder is not None and self._stale(holder):
+                self.fs.remove(self.path)
+                continue
+            if time.monotonic() > deadline:
+                raise OutputError(
+                    f"{self.what} is locked by another release's commit ({self.path}, held by "
+                    f"{(holder or {}).get('host', 'an unknown host')}); if no dpspark run is committing there, remove "
+                    "that file and run again"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+        return self
+
+    def _holder(self) -> dict[str, Any] | None:
+        try:
+            holder = json.loads(self.fs.read_text(self.path))
+        except Exception:  # noqa: BLE001 - gone meanwhile, or half written by its creator
+            return None
+        return holder if isinstance(holder, dict) else None
+
+    def _stale(self, holder: dict[str, Any]) -> bool:
+        owner = [str(holder.get("host")), str(holder.get("pid")), str(holder.get("run_id"))]
+        since = holder.get("since")
+        return owner_gone(owner, socket.gethostname()) or (
+            isinstance(since, int | float) and time.time() - since > LOCK_STALE_S
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        holder = self._holder()
+        if holder is not None and holder.get("run_id") == self.owner["run_id"]:
+            self.fs.remove(self.path)
 
 
 def owner_gone(owner: list[str], host: str) -> bool:
@@ -226,7 +317,7 @@ def few_read_tasks(fs: FileSystem, written: str, size: int, splits: dict[str, st
     if not 0 < tasks < wanted:
         return None
     return (
-        f"the input ({size / 2**20:.1f} MiB) was read as {tasks} task(s) with rows for {cores} cores: Parquet "
+        f"the input was read as {tasks} task(s) with rows for {cores} cores: Parquet "
         "splits only at row-group boundaries and the input has too few row groups (pyarrow writes up to "
         "1 M rows per group); rewrite it with smaller ones (pq.write_table(table, path, row_group_size=5_000), "
         "or Spark's parquet.block.size) to spread the next release over every core"
@@ -259,8 +350,9 @@ STRING_PARTITIONS = {"spark.sql.sources.partitionColumnTypeInference.enabled": "
 
 def read_input(spark: SparkSession, fs: FileSystem, path: str, spec: dict[str, str] | None) -> DataFrame:
     """Read the input (or one partition of it), partition values as strings, footers checked."""
-    source = path.rstrip("/") + ("/" + ledger.spec_text(spec) if spec else "")
-    if not fs.exists(source):
+    rel = find_partition(fs, path, spec) if spec else ""
+    source = path.rstrip("/") + (f"/{rel or ledger.spec_text(spec)}" if spec else "")
+    if rel is None or not fs.exists(source):
         what = f"input partition {source} (--partition {ledger.spec_text(spec)})" if spec else f"input {path}"
         raise InputDataError(f"{what} does not exist: pass a Parquet file or directory (--input)")
     try:
@@ -277,6 +369,54 @@ def read_input(spark: SparkSession, fs: FileSystem, path: str, spec: dict[str, s
     if df.isStreaming:
         raise InputDataError(f"input {source} is a stream")
     return df
+
+
+# Spark writes a partition value into its directory name with these characters as %XX
+# (ExternalCatalogUtils.escapePathName); Hive does the same, pyarrow's default "uri" encoding
+# escapes more, and hand-made layouts often escape nothing.
+_SPARK_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(0x20))
+
+
+def escape_value(value: str) -> str:
+    """A partition value as Spark writes it in a directory name (``a=b`` → ``a%3Db``)."""
+    return "".join(f"%{ord(ch):02X}" if ch in _SPARK_ESCAPED else ch for ch in value)
+
+
+def unescape_value(name: str) -> str:
+    """A directory name's partition value as Spark reads it (``%XX`` decoded, anything else kept)."""
+    out, i = [], 0
+    while i < len(name):
+        if name[i] == "%" and i + 2 < len(name) and all(c in "0123456789abcdefABCDEF" for c in name[i + 1 : i + 3]):
+            out.append(chr(int(name[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(name[i])
+            i += 1
+    return "".join(out)
+
+
+def find_partition(fs: FileSystem, root: str, spec: dict[str, str]) -> str | None:
+    """The directory (relative to ``root``) that holds the records of ``spec``, however its
+    values are written (escaped as Spark does, or literally), or None when there is none."""
+    rel = ""
+    for key, value in spec.items():
+        names = {name for name, _ in fs.list(f"{root.rstrip('/')}/{rel}".rstrip("/"))}
+        found = [f"{key}={v}" for v in (escape_value(value), value) if f"{key}={v}" in names]
+        found += sorted(n for n in names if n.startswith(f"{key}=") and unescape_value(n[len(key) + 1 :]) == value)
+        if not found:
+            return None
+        rel = f"{rel}/{found[0]}".lstrip("/")
+    return rel
+
+
+def record_spec(fs: FileSystem, root: str, spec: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """``spec`` as the records' values, and its directory under ``root`` (None when missing).
+    Values are read from the directory names as Spark reads them: ``k=a%3Db`` names the records
+    ``k = 'a=b'`` however the user spelled it, so the ledger compares records, not spellings."""
+    rel = find_partition(fs, root, spec)
+    if rel is None:
+        return spec, None
+    return {k: unescape_value(seg.split("=", 1)[1]) for k, seg in zip(spec, rel.split("/"), strict=True)}, rel
 
 
 def partition_keys(files: list[str], root: str) -> list[str]:
@@ -314,14 +454,21 @@ def read_ledger(fs: FileSystem, output: str) -> list[dict[str, Any]]:
                 "released is damaged; restore it from a backup (dpspark never rewrites ledger entries)"
             ) from None
         entries.append(ledger.parse_entry(f"{d}/{name}", text))
-    if fs.exists(f"{output.rstrip('/')}/{MANIFEST}") and not entries:
+    manifest = f"{output.rstrip('/')}/{MANIFEST}"
+    if fs.exists(manifest) and not entries:
         try:
-            json.loads(fs.read_text(f"{output.rstrip('/')}/{MANIFEST}"))
-        except (ValueError, UnicodeDecodeError) as exc:
+            released = "ledger" in json.loads(fs.read_text(manifest))
+        except (ValueError, UnicodeDecodeError, TypeError) as exc:
             raise LedgerError(
-                f"the manifest {output.rstrip('/')}/{MANIFEST} of the earlier release is damaged ({exc}); restore it "
+                f"the manifest {manifest} of the earlier release is damaged ({exc}); restore it "
                 "from a backup before releasing into this output again"
             ) from None
+        if released:
+            raise LedgerError(
+                f"{output} holds a release's manifest but no ledger entries ({d} is missing or empty: a sync or "
+                "clean-up tool that skips folders starting with _ removes it): the record of which records were "
+                f"released is damaged; restore {d} from a backup before releasing into this output again"
+            )
     return entries
 
 
@@ -340,9 +487,17 @@ def new_run_id() -> str:
 
 def commit_stage(fs: FileSystem, paths: Paths, stage: str, existed: bool, run_id: str) -> None:
     """Move a complete ``stage`` to the output; an earlier release there is replaced only now,
-    via a hidden backup that is restored if the move fails."""
+    via a hidden backup that is restored if the move fails. Call it holding ``paths.lock``: an
+    output that another run created meanwhile is refused (exit 5), never renamed into (Hadoop's
+    rename of a directory onto an existing one nests it inside)."""
     out = paths.output
-    if not existed:
+    if not existed or not fs.exists(out):
+        if fs.exists(out):
+            raise OutputExistsError(
+                f"output {paths.output_given} was created by another run while this one ran: nothing of this run "
+                "was published and its epsilon was not spent; choose a new --output, or pass --mode overwrite to "
+                "replace that release"
+            )
         fs.mkdirs(paths.parent)
         fs.rename(stage, out)
         return

@@ -43,7 +43,7 @@ from dpspark import ledger
 from dpspark.config import ReleaseSettings
 from dpspark.errors import ConfigError, DPSparkError, DPSparkWarning, InputDataError, ReleaseRefusedError
 from dpspark.outputs import to_json
-from dpspark.spark import io, tables
+from dpspark.spark import io, lineage, tables
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.transform import count_columns, quote
@@ -97,31 +97,46 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     fs = FileSystem(spark)
     run_id = io.new_run_id()
 
-    # 1. paths (or tables)
-    source, keys, input_files = None, [], None
+    # 1. paths (or tables): every source of the input, as the DataFrame's plan names them
+    source, keys, input_files, traced, found = None, [], None, None, None
     if c.input_table:
         source, keys = tables.read_input(spark, c.input_table, spec)
-    if df is not None or source is not None:
+    given = source if source is not None else df
+    if given is not None:
+        traced = lineage.sources(given)
+        if not traced.known and not c.input:
+            raise ConfigError(
+                "the DataFrame's sources cannot be traced (its plan reads "
+                + ", ".join(sorted(set(traced.unknown)))
+                + ": a checkpoint, an RDD, or rows built in Python or pandas), so dpspark cannot check that the "
+                "output stays clear of the raw data: pass input= naming where its rows were read from"
+            )
         try:
-            input_files = (source if source is not None else df).inputFiles()
-        except Exception:  # noqa: BLE001 - some sources (in-memory, tables on Connect) have no files
+            input_files = given.inputFiles()
+        except Exception:  # noqa: BLE001 - some sources (tables on Connect) list no files
             input_files = None
-    root = io.input_root(fs, c.input, input_files)
+    if spec is not None and c.input:
+        spec, found = io.record_spec(fs, fs.resolve(c.input), spec)
+    sources = traced.paths if traced is not None else []
     if c.output_table:
         target: io.Paths | tables.TableOutput = tables.TableOutput(
-            spark, fs, c.output_table, c.table_format, c.input_table, root
+            spark,
+            fs,
+            c.output_table,
+            c.table_format,
+            c.input_table,
+            io.input_roots(fs, c.input, sources),
+            traced.tables if traced is not None else [],
         )
     else:
-        target = io.Paths(fs, c.input, c.output, input_files)
+        target = io.Paths(fs, c.input, c.output, sources)
     table_out = isinstance(target, tables.TableOutput)
+    root = target.inputs[0] if target.inputs else None
     target.check_overlap()
     existed = target.check_output(c.mode, partitioned=spec is not None)
 
-    # 2. ledger
-    if table_out:
-        earlier = target.read_ledger()
-    else:
-        earlier = io.read_ledger(fs, target.output) if existed else []
+    # 2. ledger (checked again, under the output's lock, when the release commits)
+    earlier = target.read_ledger() if table_out else (io.read_ledger(fs, target.output) if existed else [])
     clash = ledger.overlapping(earlier, spec)
     if clash and not c.allow_rerelease:
         last = clash[-1]
@@ -141,7 +156,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
         splits = io.read_splits(spark, size, c.partitions) if root else {}
     elif df is None:
         df = io.read_input(spark, fs, c.input, spec)
-        size = fs.size(root + ("/" + ledger.spec_text(spec) if spec else ""))
+        size = fs.size(root + ("/" + found if spec else ""))
         splits = io.read_splits(spark, size, c.partitions)
         files = df.inputFiles()
         keys = io.partition_keys(files, root)
@@ -176,7 +191,8 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
                 stacklevel=2,
             )
         if splits and not table_out and not is_connect(spark) and (spec is not None or not keys):  # one directory
-            written = f"{stage}/{ledger.spec_text(spec)}" if spec is not None else stage
+            rel = io.find_partition(fs, stage, spec) if spec is not None else ""
+            written = f"{stage}/{rel}" if rel else stage
             few = io.few_read_tasks(fs, written, size, splits, spark.sparkContext.defaultParallelism)
             if few:
                 warnings.warn(few, DPSparkWarning, stacklevel=2)
@@ -192,7 +208,6 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             command=job.command,
             rows=counts["rows"],
         )
-        entries = [*earlier, entry]
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": job.command,
@@ -204,11 +219,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             "partition": ledger.spec_text(spec) if spec else None,
             **job.manifest_fields(counts),
             "counts": counts,
-            "ledger": {
-                "releases": len(entries),
-                "epsilon_spent": ledger.epsilon_spent(entries),
-                "rerelease": bool(clash),
-            },
+            "ledger": ledger.summary([*earlier, entry]),
             "timings": {
                 "preparation_s": round(prep_s, 3),
                 "transform_and_write_s": round(write_s, 3),
@@ -223,7 +234,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
         manifest["duration_s"] = round(time.time() - t_start, 3)
         manifest["status"] = "succeeded"  # the last key: a reader that sees it sees the whole manifest
         if table_out:
-            target.commit(stage, keys, spec, existed, entry, manifest, job.side_files())
+            target.commit(stage, keys, spec, existed, earlier, entry, manifest, job.side_files())
         else:
             _commit(fs, target, stage, spec, existed, earlier, entry, manifest, job.side_files())
     except BaseException:
@@ -325,28 +336,41 @@ def _commit(
             io.write_ledger_entry(fs, stage, e)
         io.write_ledger_entry(fs, stage, entry)
         fs.write_text(f"{stage}/{io.MANIFEST}", to_json(manifest))
-        io.commit_stage(fs, paths, stage, existed, entry["run_id"])
+        with paths.lock(entry["run_id"]):
+            if existed and fs.exists(out):
+                ledger.check_unchanged(earlier, io.read_ledger(fs, out), spec, paths.output_given)
+            io.commit_stage(fs, paths, stage, existed, entry["run_id"])
         return
     # ETL: record the release, then move the partition's directory into the output. The
     # entry goes first: a run killed in between leaves a release recorded that may not
     # have happened (a re-run then needs --allow-rerelease), never the reverse.
-    rel = ledger.spec_text(spec)
+    rel = io.find_partition(fs, stage, spec)
+    if rel is None:
+        if manifest["counts"]["rows"]:
+            raise DPSparkError(
+                f"the stage {stage} holds no directory for {ledger.spec_text(spec)} although the run wrote "
+                f"{manifest['counts']['rows']} rows: nothing was published; please report this"
+            )
+        rel = "/".join(f"{k}={io.escape_value(v)}" for k, v in spec.items())
+        fs.mkdirs(f"{stage}/{rel}")  # an empty partition writes no directory: record it all the same
     src, dst = f"{stage}/{rel}", f"{out}/{rel}"
-    if not fs.exists(src):  # an empty partition writes no directory: record it all the same
-        fs.mkdirs(src)
     for name, data in side_files.items():
         fs.write_bytes(f"{src}/{name}", data)
-    recorded = io.write_ledger_entry(fs, out, entry)
-    try:
-        fs.mkdirs(posixpath.dirname(dst))
-        if fs.exists(dst):  # only reached with allow_rerelease: the earlier release of it is replaced
-            io.commit_stage(fs, io.Paths(fs, None, dst), src, True, entry["run_id"])
-        else:
-            fs.rename(src, dst)
-    except BaseException:
-        fs.remove(recorded)
-        raise
-    fs.write_text(f"{out}/{io.MANIFEST}", to_json(manifest))
+    with paths.lock(entry["run_id"]):
+        current = io.read_ledger(fs, out) if fs.exists(out) else []
+        ledger.check_unchanged(earlier, current, spec, paths.output_given)
+        recorded = io.write_ledger_entry(fs, out, entry)
+        try:
+            fs.mkdirs(posixpath.dirname(dst))
+            if fs.exists(dst):  # only reached with allow_rerelease: the earlier release of it is replaced
+                io.commit_stage(fs, io.Paths(fs, None, dst), src, True, entry["run_id"])
+            else:
+                fs.rename(src, dst)
+        except BaseException:
+            fs.remove(recorded)
+            raise
+        manifest["ledger"] = ledger.summary([*current, entry])
+        fs.write_text(f"{out}/{io.MANIFEST}", to_json(manifest))
     fs.remove(stage)
 
 

@@ -33,12 +33,12 @@ class ReportOutput:
         output: str | None,
         mode: str,
         what: str,
-        input_files: list[str] | None = None,
+        sources: list[str] | None = None,
     ) -> None:
         if not output:
             raise ConfigError(f"output: give the directory for the {what} (--output DIR)")
         self.fs = FileSystem(spark)
-        self.paths = io.Paths(self.fs, input_path, output, input_files)
+        self.paths = io.Paths(self.fs, input_path, output, sources)
         self.paths.check_overlap()
         self.existed = self.paths.check_output(mode, partitioned=False)
         self.paths.remove_stale()
@@ -60,4 +60,5 @@ class ReportOutput:
         for f in sorted(p for p in Path(self.local).iterdir() if p.is_file()):
             self.fs.write_bytes(f"{self.stage}/{f.name}", f.read_bytes())
         self.fs.write_text(f"{self.stage}/{io.MANIFEST}", to_json(manifest))
-        io.commit_stage(self.fs, self.paths, self.stage, self.existed, self.run_id)
+        with self.paths.lock(self.run_id):
+            io.commit_stage(self.fs, self.paths, self.stage, self.existed, self.run_id)

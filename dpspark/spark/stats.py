@@ -286,7 +286,8 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
         for f in sorted(local.iterdir()):
             fs.write_bytes(f"{stage}/{f.name}", f.read_bytes())
         fs.write_text(f"{stage}/{io.MANIFEST}", to_json(manifest))
-        io.commit_stage(fs, paths, stage, existed, run_id)
+        with paths.lock(run_id):
+            io.commit_stage(fs, paths, stage, existed, run_id)
     except BaseException:
         fs.remove(stage)
         raise

@@ -45,6 +45,7 @@ earlier release's table empty (never a mix of the two, never raw data).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -121,34 +122,60 @@ class TableOutput:
         name: str,
         fmt: str | None,
         input_table: str | None,
-        input_root: str | None,
+        inputs: list[str],
+        source_tables: list[str] | None = None,
     ) -> None:
         self.spark, self.fs, self.given, self.format = spark, fs, name, fmt
         self.catalog, self.schema, self.name = qualify(spark, name)
         self.output = ident(self.catalog, self.schema, self.name)
         self.ledger_table = ident(self.catalog, self.schema, self.name + LEDGER_SUFFIX)
         self.input_table = ident(*qualify(spark, input_table)) if input_table else None
-        self.input = self.input_table or input_root
-        self.input_root = input_root
+        self.inputs = inputs
+        self.input = self.input_table or (inputs[0] if inputs else None)
+        self.source_tables = {ident(*qualify(spark, t)) for t in source_tables or []}
+        if self.input_table:
+            self.source_tables.add(self.input_table)
 
     def exists(self, table: str | None = None) -> bool:
         return self.spark.catalog.tableExists(table or self.output)
 
+    def schema_location(self) -> str | None:
+        """Where the output's schema keeps new managed tables (DESCRIBE SCHEMA), None if unknown."""
+        try:
+            rows = self.spark.sql(f"DESCRIBE SCHEMA EXTENDED {ident(self.catalog, self.schema)}").collect()
+        except Exception:  # noqa: BLE001 - catalogs that cannot describe a schema
+            return None
+        where = next((r[1] for r in rows if r[0] == "Location" and r[1]), None)
+        return self.fs.resolve(where) if where else None
+
+    def locations(self) -> dict[str, str]:
+        """Where the output table and its ledger table keep (or, when new, will keep) their files."""
+        found, base = {}, self.schema_location()
+        for table, short in ((self.output, self.name), (self.ledger_table, self.name + LEDGER_SUFFIX)):
+            where = location(self.spark, table) if self.exists(table) else None
+            if where:
+                found[table] = self.fs.resolve(where)
+            elif base:
+                found[table] = f"{base.rstrip('/')}/{short}"
+        return found
+
     def check_overlap(self) -> None:
-        """Refuse writing into the input table, or into a table whose files are the input's."""
-        if self.input_table == self.output:
+        """Refuse writing into an input table, or into a table whose files (where an existing table
+        keeps them, or where a new one will be created) equal, contain or lie inside an input."""
+        if self.output in self.source_tables:
             raise ConfigError(
                 f"output table {self.given} is the input table ({self.output}): a release must never write over its "
                 "raw input; choose another --output-table"
             )
-        where = self.input_root and self.exists() and location(self.spark, self.output)
-        if where:
-            o, i = self.fs.resolve(where), self.input_root
-            if FileSystem.inside(o, i) or FileSystem.inside(i, o):
-                raise ConfigError(
-                    f"output table {self.given} keeps its files at {o}, which overlaps the input {i}: a release must "
-                    "never write over, into or around its raw input; choose another --output-table"
-                )
+        for table, o in self.locations().items():
+            for i in self.inputs:
+                if FileSystem.inside(o, i) or FileSystem.inside(i, o):
+                    what = "keeps" if self.exists(table) else "would be created with"
+                    raise ConfigError(
+                        f"output table {self.given}: {table} {what} its files at {o}, which overlaps the input {i}: "
+                        "a release must never write over, into or around its raw input; choose another "
+                        "--output-table, or a schema whose location lies elsewhere"
+                    )
 
     def check_output(self, mode: str, partitioned: bool) -> bool:
         """Check the output table may be written; return True when it exists (an earlier release)."""
@@ -202,15 +229,25 @@ class TableOutput:
 
     def read_ledger(self) -> list[dict[str, Any]]:
         """Every release recorded for this output, withdrawn runs left out (LedgerError if damaged)."""
-        if not self.exists(self.ledger_table):
+        marked = self.exists() and MARK in self._properties()
+        rows = []
+        if self.exists(self.ledger_table):
+            rows = self.spark.table(self.ledger_table).where(F.col("kind").isin("entry", "withdrawn")).collect()
+        elif not marked:
             return []
-        rows = self.spark.table(self.ledger_table).where(F.col("kind").isin("entry", "withdrawn")).collect()
         withdrawn = {r["run_id"] for r in rows if r["kind"] == "withdrawn"}
-        return [
+        entries = [
             ledger.parse_entry(f"{self.ledger_table} (run {r['run_id']})", r["content"] or "")
             for r in rows
             if r["kind"] == "entry" and r["run_id"] not in withdrawn
         ]
+        if marked and not entries:
+            raise LedgerError(
+                f"output table {self.given} is marked as a dpspark release but its ledger table {self.ledger_table} "
+                "is missing or holds no entry: the record of which records were released is damaged; restore the "
+                "ledger table from a backup (or the table's history) before releasing into this table again"
+            )
+        return entries
 
     def _append(self, run_id: str, rows: list[tuple[str, str | None, str]]) -> None:
         data = [(run_id, kind, name, content, datetime.now(timezone.utc).isoformat()) for kind, name, content in rows]
@@ -250,11 +287,37 @@ class TableOutput:
         keys: list[str],
         spec: dict[str, str] | None,
         existed: bool,
+        earlier: list[dict[str, Any]],
         entry: dict[str, Any],
         manifest: dict[str, Any],
         side_files: dict[str, bytes],
     ) -> None:
-        """Record the release, then insert the staged rows into the output (see the module docstring)."""
+        """Under the output's lock: check that no other run committed meanwhile, record the release,
+        then insert the staged rows into the output (see the module docstring)."""
+        base = self.schema_location()
+        lock = io.Lock(self.fs, f"{base}/{io.LOCK_PREFIX}{self.name}", entry["run_id"], f"output table {self.given}")
+        with lock if base else contextlib.nullcontext():
+            if not existed and self.exists():
+                raise OutputExistsError(
+                    f"output table {self.given} was created by another run while this one ran: nothing of this run "
+                    "was published and its epsilon was not spent; choose a new --output-table, or pass --mode "
+                    "overwrite to replace that release"
+                )
+            current = self.read_ledger()
+            ledger.check_unchanged(earlier, current, spec, self.given)
+            manifest["ledger"] = ledger.summary([*current, entry])
+            self._commit(stage, keys, spec, existed, entry, manifest, side_files)
+
+    def _commit(
+        self,
+        stage: str,
+        keys: list[str],
+        spec: dict[str, str] | None,
+        existed: bool,
+        entry: dict[str, Any],
+        manifest: dict[str, Any],
+        side_files: dict[str, bytes],
+    ) -> None:
         run_id = entry["run_id"]
         files = [("file", n, base64.b64encode(b).decode("ascii")) for n, b in side_files.items()]
         self._append(run_id, [("entry", None, to_json(entry)), ("manifest", None, to_json(manifest)), *files])

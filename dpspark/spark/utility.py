@@ -51,7 +51,7 @@ from dpspark.errors import InputDataError
 from dpspark.prepare import Prepared, prepare
 from dpspark.progress import Progress, describe
 from dpspark.rng import new_job_key
-from dpspark.spark import io, resources
+from dpspark.spark import io, lineage, resources
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.transform import count_columns, mean_vectors, perturb, quote
@@ -304,12 +304,7 @@ def run_evaluate_utility(
         raise ConfigError("input: give the labelled Parquet dataset (--input PATH)")
     spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
     check_mllib(spark)
-    files = None
-    if df is not None:
-        try:
-            files = df.inputFiles()
-        except Exception:  # noqa: BLE001 - in-memory DataFrames have no files
-            files = None
+    files = lineage.sources(df).paths if df is not None else None
     with ReportOutput(spark, config.input, config.output, config.write_mode, "evaluation", files) as out:
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)

@@ -181,9 +181,18 @@ def test_output_table_equal_to_input_is_refused(spark, schema, reviews, capsys):
         assert perturb("--input-table", reviews, "--output-table", out, "--mode", "overwrite") == 2
         err = capsys.readouterr().err
         assert "is the input table" in err and "choose another --output-table" in err
-    # The same files reached as a DataFrame (Python API): refused by location.
-    with pytest.raises(dpspark.ConfigError, match="overlaps the input"):
+    # The same table reached as a DataFrame (Python API): its plan names the table.
+    with pytest.raises(dpspark.ConfigError, match="is the input table"):
         dpspark.release(spark.table(reviews), output_table=reviews, columns="text", epsilon=10, mode="overwrite")
+    # The same files read by path (Python API): refused by location.
+    with pytest.raises(dpspark.ConfigError, match="overlaps the input"):
+        dpspark.release(
+            spark.read.parquet(tables.location(spark, reviews)),
+            output_table=reviews,
+            columns="text",
+            epsilon=10,
+            mode="overwrite",
+        )
     # A path output inside the input table's files: refused as for a path input.
     where = tables.location(spark, reviews)
     assert perturb("--input-table", reviews, "--output", f"{where}/private") == 2
