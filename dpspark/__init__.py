@@ -17,6 +17,8 @@ first use (PEP 562).
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -48,6 +50,21 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'dpspark' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """The import system sets each loaded submodule as an attribute of its package, and a set
+    attribute hides ``__getattr__``: once ``dpspark.prepare`` (the module) is imported, the
+    public ``dpspark.prepare`` would be that module instead of the function. Binding a lazy
+    name to a submodule binds the submodule's function of that name instead."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and value.__name__ == _LAZY.get(name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def perturb_text(df, columns, epsilon, **settings):  # noqa: ANN001, ANN201 - pyspark types stay optional
