@@ -104,6 +104,24 @@ class FileSystem:
         fs, p = self._hadoop(path)
         return int(fs.getContentSummary(p).getLength())
 
+    def row_groups(self, path: str) -> int:
+        """How many row groups with rows the Parquet file ``path`` holds (its footer, read on the driver)."""
+        local = self.local_file(path)
+        if local is not None:
+            import pyarrow.parquet as pq
+
+            meta = pq.ParquetFile(local).metadata
+            return sum(meta.row_group(i).num_rows > 0 for i in range(meta.num_row_groups))
+        jvm = self._jvm
+        parquet = jvm.org.apache.parquet.hadoop
+        reader = parquet.ParquetFileReader.open(
+            parquet.util.HadoopInputFile.fromPath(self._hadoop(path)[1], self._conf)
+        )
+        try:
+            return sum(1 for block in reader.getRowGroups() if block.getRowCount() > 0)
+        finally:
+            reader.close()
+
     # --- changes ----------------------------------------------------------------------------------
 
     def mkdirs(self, path: str) -> None:

@@ -287,6 +287,33 @@ def read_splits(spark: SparkSession, size: int, partitions: int | None) -> dict[
 WORTH_A_CORE = 1 << 20  # input bytes below which a core of its own is not worth a warning
 
 
+def encrypts_local_io(spark: SparkSession) -> bool:
+    """Whether the session encrypts what it writes to local disk (shuffle and spill files)."""
+    return spark.sparkContext.getConf().get("spark.io.encryption.enabled", "false").lower() == "true"
+
+
+def spread_tasks(fs: FileSystem, files: list[str], size: int, splits: dict[str, str], cores: int) -> int | None:
+    """How many tasks to spread the input's rows over when its read splits leave cores idle, else None.
+
+    Parquet splits only at row-group boundaries, so an input of fewer row groups (with rows)
+    than the cores its size is worth (``WORTH_A_CORE`` bytes each, at most one per core and
+    per read split) runs on fewer cores: a 38,000-row file that pyarrow wrote as one group runs
+    on one. Then the rows are repartitioned (round robin) over that many tasks; the caller does
+    it only where the session encrypts local I/O, since a shuffle writes the raw rows to local
+    disk. The footers are read only when the files are fewer than the cores wanted (each file
+    holds at least one group): at most one per core.
+    """
+    target = int(splits.get("spark.sql.files.maxPartitionBytes", 0))
+    wanted = min(cores, -(-size // target), size // WORTH_A_CORE) if target else 0
+    if wanted < 2 or len(files) >= wanted:
+        return None
+    try:
+        groups = sum(fs.row_groups(f) for f in files)
+    except Exception:  # noqa: BLE001 - a footer the driver cannot read: the read reports it
+        return None
+    return wanted if groups < wanted else None
+
+
 def few_read_tasks(fs: FileSystem, written: str, size: int, splits: dict[str, str], cores: int) -> str | None:
     """Why a release ran on fewer cores than its input's size asked for, or None.
 
@@ -319,8 +346,10 @@ def few_read_tasks(fs: FileSystem, written: str, size: int, splits: dict[str, st
     return (
         f"the input was read as {tasks} task(s) with rows for {cores} cores: Parquet "
         "splits only at row-group boundaries and the input has too few row groups (pyarrow writes up to "
-        "1 M rows per group); rewrite it with smaller ones (pq.write_table(table, path, row_group_size=5_000), "
-        "or Spark's parquet.block.size) to spread the next release over every core"
+        "1 M rows per group); start the session with spark.io.encryption.enabled=true (dpspark then spreads "
+        "the rows over every core through an encrypted shuffle, as it does in the sessions it starts), or rewrite "
+        "the input with smaller groups (pq.write_table(table, path, row_group_size=5_000), or Spark's "
+        "parquet.block.size)"
     )
 
 

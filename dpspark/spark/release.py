@@ -163,6 +163,11 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     else:
         splits, files = {}, input_files or []
     df = job.check(df)
+    spread = None  # too few read splits for the cores: spread the rows through an encrypted shuffle
+    if splits and not is_connect(spark) and io.encrypts_local_io(spark):
+        spread = io.spread_tasks(fs, files, size, splits, spark.sparkContext.defaultParallelism)
+        if spread:
+            df = df.repartition(spread)
     io.check_spec(spec, keys)
     log.info(json.dumps({"event": f"{job.command}_started", "run_id": run_id, "partition": ledger.spec_text(spec)}))
 
@@ -190,7 +195,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
                 DPSparkWarning,
                 stacklevel=2,
             )
-        if splits and not table_out and not is_connect(spark) and (spec is not None or not keys):  # one directory
+        if splits and not spread and not table_out and not is_connect(spark) and (spec is not None or not keys):
             rel = io.find_partition(fs, stage, spec) if spec is not None else ""
             written = f"{stage}/{rel}" if rel else stage
             few = io.few_read_tasks(fs, written, size, splits, spark.sparkContext.defaultParallelism)
@@ -228,6 +233,9 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
                 "version": spark.version,
                 "master": "spark connect" if is_connect(spark) else spark.sparkContext.master,
             },
+            # The input's row groups were too few for the cores: its rows were spread over this many
+            # tasks by a shuffle whose local files the session encrypts (spark.io.encryption.enabled).
+            "spread": {"tasks": spread, "local_io_encrypted": True} if spread else None,
             "stale_temporaries_removed": len(removed),
             "type_changes": changed,
         }

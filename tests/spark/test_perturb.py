@@ -253,13 +253,16 @@ def test_local_command_binds_to_loopback_without_a_warning(tmp_path):
     assert "loopback" not in done.stderr and "SPARK_LOCAL_IP" not in done.stderr, done.stderr
 
 
-def test_an_input_of_one_large_row_group_is_named_as_the_cause_of_one_task(spark, tmp_path, glove):
-    """Parquet splits at row-group boundaries only: a one-group file of over 2 MiB runs as one task on a
-    two-core session. The release says so and how to write the input; the same rows in many
-    groups run on both cores and draw no such warning."""
+def test_an_input_of_one_large_row_group_is_spread_over_every_core(spark, tmp_path, glove):
+    """Parquet splits at row-group boundaries only: a one-group file of over 2 MiB would run as one
+    task on a two-core session. The session encrypts local I/O, so the release spreads its rows over
+    both cores through the (encrypted) shuffle and says so in the manifest; the same rows in many
+    groups read as several tasks and are not shuffled. Neither draws the few-tasks warning, whose
+    text (for sessions without encryption) names the cause and both fixes and no input figure."""
     from dpspark.errors import DPSparkWarning
     from dpspark.spark import io
 
+    assert io.encrypts_local_io(spark)
     EPS10_SMALL = ["--epsilon", "10", "--vocab-size", "2000"]
     # Bytes, not tokens, decide the splits: few long random tokens (out of the vocabulary, so
     # no search) make a file of over 2 MiB that perturbs in seconds.
@@ -277,11 +280,24 @@ def test_an_input_of_one_large_row_group_is_named_as_the_cause_of_one_task(spark
             warnings.simplefilter("always")
             out = tmp_path / name
             assert main(["perturb", "--input", str(src), "--output", str(out), "--columns", "text"] + EPS10_SMALL) == 0
-        assert json.loads((out / "_dpspark_manifest.json").read_text())["counts"]["rows"] == len(texts)
-        return [str(w.message) for w in caught if issubclass(w.category, DPSparkWarning)]
+        manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+        assert manifest["counts"]["rows"] == len(texts)
+        with_rows = [f for f in out.glob("*.parquet") if pq.ParquetFile(f).metadata.num_rows > 0]
+        return manifest, len(with_rows), [str(w.message) for w in caught if issubclass(w.category, DPSparkWarning)]
 
-    said = [w for w in release(one, "out_one") if "row group" in w]
-    assert len(said) == 1, said
-    assert "read as 1 task(s) with rows for 2 cores" in said[0] and "row_group_size=" in said[0]
-    assert not [w for w in release(many, "out_many") if "row group" in w]
-    assert len(list((tmp_path / "out_many").glob("*.parquet"))) >= 2
+    manifest, files, said = release(one, "out_one")
+    assert manifest["spread"] == {"tasks": 2, "local_io_encrypted": True} and files == 2
+    assert not [w for w in said if "row group" in w]
+    manifest, files, said = release(many, "out_many")
+    assert manifest["spread"] is None and files >= 2 and not [w for w in said if "row group" in w]
+    # Without encryption the rows stay put and the warning names the cause, not the input's size.
+    splits = io.read_splits(spark, one.stat().st_size, None)
+    fs = io.FileSystem(spark)
+    assert io.spread_tasks(fs, [str(one)], one.stat().st_size, splits, 2) == 2
+    assert io.spread_tasks(fs, [str(many)], many.stat().st_size, splits, 2) is None
+    written = tmp_path / "one_task"
+    written.mkdir()
+    pq.write_table(pa.table({"text": texts}), written / "part-00000-x.parquet")
+    said = io.few_read_tasks(fs, str(written), one.stat().st_size, splits, 2)
+    assert "read as 1 task(s) with rows for 2 cores" in said and "spark.io.encryption.enabled" in said
+    assert "row_group_size=" in said and "MiB" not in said

@@ -280,11 +280,18 @@ def test_inputs_with_the_same_output_give_the_same_side_outputs(spark, capsys, c
     ]
 
 
-def test_no_raw_text_under_spark_local_dir_during_a_run(spark, tmp_path):
+@pytest.mark.parametrize("groups", ["many", "one"])
+def test_no_raw_text_under_spark_local_dir_during_a_run(spark, tmp_path, groups):
+    """Many row groups: read as several tasks, nothing shuffled. One large group: its rows are
+    spread over the cores through a shuffle, whose local files the session encrypts."""
     marker = "qqmarkerzz"
-    rows = [f"the {marker} city and the river {i}" for i in range(20_000)]
+    rng = np.random.default_rng(3)
+    noise = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 48)) for _ in range(40_000)]
+    rows = [f"the {marker} city and the river {i} {w}" for i, w in enumerate(noise)]
     src = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"id": list(range(len(rows))), "text": rows}), src, row_group_size=2_000)
+    pq.write_table(
+        pa.table({"id": list(range(len(rows))), "text": rows}), src, row_group_size=2_000 if groups == "many" else None
+    )
     # conftest gives the session a spark.local.dir of its own (SPARK_LOCAL_DIRS), apart from /tmp.
     local_dirs = os.environ["SPARK_LOCAL_DIRS"].split(",")
     found, done = [], threading.Event()
@@ -304,11 +311,13 @@ def test_no_raw_text_under_spark_local_dir_during_a_run(spark, tmp_path):
     scanner = threading.Thread(target=scan)
     scanner.start()
     try:
-        assert perturb(src, tmp_path / "o", "--partitions", "4") == 0
+        assert perturb(src, tmp_path / "o", *(["--partitions", "4"] if groups == "many" else [])) == 0
     finally:
         done.set()
         scanner.join()
     assert found == []
+    spread = json.loads((tmp_path / "o" / io.MANIFEST).read_text())["spread"]
+    assert (spread is None) if groups == "many" else (spread["tasks"] == 2)
     # The scan would see the marker: a plain file with it under a local dir is found.
     probe = Path(local_dirs[0]) / f"probe-{marker}.txt"
     probe.write_text(marker)
