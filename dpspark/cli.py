@@ -15,8 +15,10 @@ privacy again on purpose); 8 the output's release ledger is damaged.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import math
 import sys
 import types
 import typing
@@ -141,11 +143,44 @@ def _cmd_privacy_stats(c: Any) -> int:
     return 0
 
 
-def _cmd_calibrate(c: Any) -> int:
+def _report_table(
+    directory: str, name: str, flag: str, producer: str, columns: tuple[str, ...], finite: tuple[str, ...]
+) -> Any:
+    """The table ``name`` of a ``producer`` output (given as ``flag``), checked: a readable Parquet
+    file with ``columns``, at least one row, and finite ``finite`` columns on every row measured
+    at a grid point (evaluate-utility's baseline row has no (ε, λ))."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dpspark import report
     from dpspark.errors import InputDataError
+    from dpspark.utility import BASELINE
+
+    path = Path(directory) / name
+    fix = f"{flag} must be a {producer} output directory"
+    if not path.is_file():
+        raise InputDataError(f"{path} not found: {fix}")
+    try:
+        table = pq.read_table(path)
+    except pa.ArrowException as exc:
+        raise InputDataError(f"{path} cannot be read as Parquet ({exc}): {fix}") from None
+    missing = [col for col in columns if col not in table.column_names]
+    if missing:
+        raise InputDataError(f"{path} lacks the column(s) {', '.join(missing)}: {fix}, as {producer} writes it")
+    if table.num_rows == 0:
+        raise InputDataError(f"{path} has no rows: rerun {producer} and give its output directory as {flag}")
+    keyed = table.select([col for col in ("mode", *finite) if col in table.column_names]).to_pylist()
+    bad = sum(
+        r.get("mode") != BASELINE and not all(isinstance(r[k], int | float) and math.isfinite(r[k]) for k in finite)
+        for r in keyed
+    )
+    if bad:
+        raise InputDataError(f"{path} has {bad} row(s) without a finite {'/'.join(finite)}: {fix}")
+    return table
+
+
+def _cmd_calibrate(c: Any) -> int:
+    from dpspark import report
+    from dpspark.outputs import to_json
     from dpspark.stats import Bounds, calibrate
 
     bounds = None
@@ -165,10 +200,9 @@ def _cmd_calibrate(c: Any) -> int:
         stats_dir, computed = c.output, True
     result, text = None, ""
     if bounds is not None:
-        per_word = Path(stats_dir) / "per_word.parquet"
-        if not per_word.is_file():
-            raise InputDataError(f"{per_word} not found: --stats must be a privacy-stats output directory")
-        result = calibrate(report.grid(pq.read_table(per_word)), bounds)
+        columns, finite = ("epsilon", "lambda", "nw", "sw", "runs"), ("epsilon", "lambda", "runs")
+        per_word = _report_table(stats_dir, "per_word.parquet", "--stats", "privacy-stats", columns, finite)
+        result = calibrate(report.grid(per_word), bounds)
         text = f"{'worst case' if bounds.percentile == 100 else f'{bounds.percentile:g}th percentile'}: " + ", ".join(
             t
             for t in (
@@ -181,7 +215,7 @@ def _cmd_calibrate(c: Any) -> int:
         return _joint_calibrate(c, result, text, stats_dir if computed else None)
     md = report.calibration_md(result, text)
     (Path(stats_dir) / "calibration.md").write_text(md, encoding="utf-8")
-    (Path(stats_dir) / "calibration.json").write_text(json.dumps({"bounds": text, **result}, indent=2))
+    (Path(stats_dir) / "calibration.json").write_text(to_json({"bounds": text, **result}), encoding="utf-8")
     _print(md, c.quiet)
     if result["best"] is None:
         print("dpspark calibrate: no ε in range meets these bounds for any λ", file=sys.stderr)
@@ -191,20 +225,21 @@ def _cmd_calibrate(c: Any) -> int:
 
 def _joint_calibrate(c: Any, nw_result: dict | None, nw_text: str, own_dir: str | None) -> int:
     """Utility / re-identification bounds (with the Nw/Sw ones when given): Xu et al. §6."""
-    import pyarrow.parquet as pq
-
     from dpspark import report, utility
     from dpspark.errors import ConfigError, InputDataError
     from dpspark.outputs import to_json, writing_into
     from dpspark.stats import joint_calibrate
 
     points: dict[tuple[float, float], dict] = {}
-    sources = []
+    sources, grid = [], ("epsilon", "lambda")
     if c.utility:
-        summary_file = Path(c.utility) / "summary.parquet"
-        if not summary_file.is_file():
-            raise InputDataError(f"{summary_file} not found: --utility must be an evaluate-utility output directory")
-        summary = pq.read_table(summary_file).to_pylist()
+        table = _report_table(c.utility, "summary.parquet", "--utility", "evaluate-utility", ("mode", *grid), grid)
+        summary = table.to_pylist()
+        if sum(s["mode"] == utility.BASELINE for s in summary) != 1:
+            raise InputDataError(
+                f"{Path(c.utility) / 'summary.parquet'} needs exactly one {utility.BASELINE} row: --utility must be "
+                "an evaluate-utility output directory"
+            )
         if f"{c.utility_metric}_mean" not in summary[0]:
             names = sorted(k.removesuffix("_mean") for k in summary[0] if k.endswith("_mean"))
             raise ConfigError(f"utility_metric {c.utility_metric!r} is not in {c.utility}; one of {', '.join(names)}")
@@ -212,10 +247,8 @@ def _joint_calibrate(c: Any, nw_result: dict | None, nw_text: str, own_dir: str 
             points.setdefault(key, {})["utility_loss"] = loss
         sources.append("utility")
     if c.risk:
-        risk_file = Path(c.risk) / "risk.parquet"
-        if not risk_file.is_file():
-            raise InputDataError(f"{risk_file} not found: --risk must be a privacy-risk output directory")
-        for r in pq.read_table(risk_file).to_pylist():
+        risk = _report_table(c.risk, "risk.parquet", "--risk", "privacy-risk", ("epsilon", "lambda", "top1"), grid)
+        for r in risk.to_pylist():
             points.setdefault((r["epsilon"], r["lambda"]), {})["reidentification"] = r["top1"]
         sources.append("risk")
     if nw_result is not None:
@@ -296,6 +329,28 @@ def _cmd_evaluation(command: str, c: Any) -> int:
     return (embedding_report if command == "embedding-report" else privemb_eval).run(c)
 
 
+def explain_failure(command: str, exc: Exception) -> int | None:
+    """Print the one-sentence error of a failure the command explains and return its exit code;
+    None for an unexpected failure (the caller re-raises it: exit 1 with a traceback)."""
+    from dpspark.errors import ConfigError, DPSparkError, OutputError
+
+    if isinstance(exc, DPSparkError):
+        message, code = str(exc), exc.exit_code
+    elif isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        where = f" holding {exc.filename}" if exc.filename else ""
+        message, code = f"the disk{where} is full: free space or choose another --output", OutputError.exit_code
+    elif isinstance(exc, ModuleNotFoundError) and exc.name in ("pyspark", "pandas"):
+        message = (
+            f"{command} runs on Spark and needs {exc.name}: pip install 'dpspark[spark]' "
+            "(or run it where Spark is installed, e.g. with spark-submit or on Databricks)"
+        )
+        code = ConfigError.exit_code
+    else:
+        return None
+    print(f"dpspark {command}: error: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     from dpspark import _blas
 
@@ -310,7 +365,6 @@ def main(argv: list[str] | None = None) -> int:
     if kept:
         logging.getLogger("dpspark.blas").info(kept)  # "dpspark" itself logs JSON events only
     from dpspark import config
-    from dpspark.errors import DPSparkError
 
     try:
         model = getattr(config, COMMANDS[command][0])
@@ -331,18 +385,11 @@ def main(argv: list[str] | None = None) -> int:
             if command == "privacy-risk":
                 return _cmd_privacy_risk(c)
             return _cmd_evaluation(command, c)
-    except DPSparkError as exc:
-        print(f"dpspark {command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("pyspark", "pandas"):
+    except Exception as exc:
+        code = explain_failure(command, exc)
+        if code is None:
             raise
-        print(
-            f"dpspark {command}: error: {command} runs on Spark and needs {exc.name}: pip install 'dpspark[spark]' "
-            "(or run it where Spark is installed, e.g. with spark-submit or on Databricks)",
-            file=sys.stderr,
-        )
-        return 2
+        return code
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ The CLI flags are derived from these models (``dpspark.cli.add_model_arguments``
 ``dpspark.perturb_text``) go through the same ``parse``. Every field fails at
 construction with its name, the value and what is allowed; ``parse`` turns pydantic's
 errors into one ``ConfigError`` (exit code 2). ε, λ, δ, β and the seed are checked by
-``dpspark.params`` only.
+``dpspark.params`` (ε also against ``MIN_EPSILON``, by ``epsilon_value``).
 """
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +38,26 @@ def _comma_list(v: Any) -> Any:
     elif isinstance(v, int | float):
         v = [v]
     return v
+
+
+# The smallest ε accepted. The noise radius is Gamma(d, 1/ε) (mean d/ε) and the nearest-neighbour
+# search squares it: below about 1e-150 those figures overflow float64 (numpy warns on every
+# executor, --quiet or not) and PrivEmb's noise does the same. Far above that the output has
+# already stopped depending on the input: at ε = 1e-6 the noise is millions of times the length
+# of an embedding vector, so every output word is equally likely. 1e-6 keeps every figure
+# finite with a wide margin and refuses no ε that could give a useful release.
+MIN_EPSILON = 1e-6
+
+
+def epsilon_value(v: Any) -> float:
+    """ε as every model takes it: ``params.check_epsilon`` and at least ``MIN_EPSILON``."""
+    value = params.check_epsilon(v)
+    if value < MIN_EPSILON:
+        raise ConfigError(
+            f"epsilon must be at least {MIN_EPSILON:g} (below it the noise, of scale 1/ε, no longer depends on the "
+            f"text and overflows float64), got {v!r}"
+        )
+    return value
 
 
 def _sorted_unique(values: list[float], check: Any, example: str) -> list[float]:
@@ -97,6 +118,15 @@ class Settings(BaseModel):
         allow_population_by_field_name = True
         frozen = True
 
+    @validator("*", pre=True, allow_reuse=True)
+    def _whole_number(cls, v: Any, field: Any) -> Any:
+        """An integer setting refuses 1.5 as its flag does (pydantic would truncate it to 1)."""
+        kind = field.type_
+        integer = isinstance(kind, type) and issubclass(kind, int) and not issubclass(kind, bool)
+        if integer and isinstance(v, float) and not v.is_integer():
+            raise ValueError(f"must be a whole number (e.g. 7), got {v!r}")
+        return v
+
     @classmethod
     def parse(cls, values: dict[str, Any]) -> Any:
         """Build from a plain dict (YAML + flags + keywords); validation errors become ConfigError."""
@@ -137,11 +167,30 @@ class OutputSettings(Settings):
         return params.check_seed(v)
 
 
+# The master URLs Spark parses (spark-submit refuses other schemes, SparkContext other local forms).
+_MASTER = re.compile(r"local(\[(\d+|\*)(\s*,\s*\d+)?\])?|local-cluster\[[\d\s,]+\]|yarn|(spark|k8s)://\S+")
+
+
 class SparkSettings(Settings):
     master: str | None = Field(default=None, description="Spark master URL (default local[*], or spark-submit's)")
     remote: str | None = Field(
         default=None, description="Spark Connect URL (sc://host:port) instead of a local/cluster session"
     )
+
+    @after("master")
+    def _master(cls, v: str | None) -> str | None:
+        if v is not None and not _MASTER.fullmatch(v):
+            raise ValueError(
+                "not a Spark master URL: use local[*], local[N], spark://HOST:PORT, yarn or "
+                "k8s://https://HOST:PORT (or leave master out for local[*])"
+            )
+        return v
+
+    @after("remote")
+    def _remote(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"sc://\S+", v):
+            raise ValueError("not a Spark Connect URL: use sc://HOST:PORT (e.g. sc://localhost:15002)")
+        return v
 
 
 class EmbeddingSettings(Settings):
@@ -207,7 +256,7 @@ class ReleaseSettings(OutputSettings, SparkSettings):
         ge=1,
         description="tasks to read the input with (smaller read splits; raw rows are never shuffled)",
     )
-    batch_rows: int = Field(default=10_000, ge=1, description="rows per Arrow batch (10000)")
+    batch_rows: int = Field(default=10_000, description="rows per Arrow batch (10000; at most 2**31 - 1)")
 
     @after("partition")
     def _partition(cls, v: str | None) -> str | None:
@@ -215,6 +264,12 @@ class ReleaseSettings(OutputSettings, SparkSettings):
             from dpspark.ledger import parse_spec
 
             parse_spec(v)
+        return v
+
+    @after("batch_rows")
+    def _batch_rows(cls, v: int) -> int:
+        if not 1 <= v < 2**31:  # spark.sql.execution.arrow.maxRecordsPerBatch is a Java int
+            raise ValueError(f"batch_rows must be in [1, 2**31 - 1] (a Java int in Spark), got {v}; e.g. 10000")
         return v
 
     @after("input_table", "output_table")
@@ -255,9 +310,13 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
         default=False, description="also write the raw text as COL_original (the output is then NOT private)"
     )
 
-    @before("epsilon")
-    def _epsilon(cls, v: Any) -> float:
-        return params.check_epsilon(v)
+    _epsilon = before("epsilon")(lambda cls, v: epsilon_value(v))
+
+    @after("oov_token")
+    def _oov_token(cls, v: str) -> str:
+        if not v or any(ch.isspace() for ch in v):  # dpspark.text.TextPerturber's rule, checked before Spark runs
+            raise ValueError(f"oov_token must be one non-empty token without whitespace (e.g. [UNK]), got {v!r}")
+        return v
 
     @before("lam")
     def _lam(cls, v: Any) -> float | None:
@@ -308,7 +367,7 @@ class VectorsConfig(ReleaseSettings):
         "embedding is stored there once and memory-mapped, not shipped with every job",
     )
 
-    _epsilon = before("epsilon")(lambda cls, v: params.check_epsilon(v))
+    _epsilon = before("epsilon")(lambda cls, v: epsilon_value(v))
     _delta = before("delta")(lambda cls, v: params.check_delta(v))
     _beta = before("beta")(lambda cls, v: params.check_beta(v))
 
@@ -342,7 +401,7 @@ class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSetting
 
     @after("epsilons")
     def _epsilons(cls, v: list[float]) -> list[float]:
-        return _sorted_unique(v, params.check_epsilon, "--epsilons 1,5,10,20,40")
+        return _sorted_unique(v, epsilon_value, "--epsilons 1,5,10,20,40")
 
     @after("lambdas")
     def _lambdas(cls, v: list[float]) -> list[float]:
@@ -522,11 +581,16 @@ class EvaluateVectorsConfig(OutputSettings):
 
     @after("epsilons", "class_epsilons")
     def _epsilons(cls, v: list[float]) -> list[float]:
-        return [params.check_epsilon(e) for e in v]
+        return [epsilon_value(e) for e in v]
 
     @after("betas")
     def _betas(cls, v: list[float]) -> list[float]:
         return sorted(params.check_beta(b) for b in v)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _describe(exc: ValidationError, values: dict[str, Any]) -> str:
@@ -544,20 +608,40 @@ def _describe(exc: ValidationError, values: dict[str, Any]) -> str:
             msg = "is not a known setting"
         given = bool(loc) and loc[0] in values and kind not in ("value_error.missing", "value_error.extra")
         value = values.get(loc[0]) if given else None
-        shown = f" (got {value!r})" if given and "got " not in msg and not isinstance(value, dict) else ""
+        shown = f" (got {_short(value)})" if given and "got " not in msg and not isinstance(value, dict) else ""
         lines.append(f"{field}: {msg}{shown}")
     return "invalid configuration: " + "; ".join(lines)
 
 
+class _PlainLoader(yaml.SafeLoader):
+    """YAML without aliases: a config file is a handful of settings, and an alias is a copy of its
+    anchor, so a few nested aliases can stand for billions of values."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            line = self.peek_event().start_mark.line + 1
+            raise ConfigError(
+                f"config file {self.name} uses an alias (*name) on line {line}: dpspark does not expand aliases, "
+                "write the value out"
+            )
+        return super().compose_node(parent, index)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file into a dict (keys as in the CLI, with '-' or '_')."""
+    """Read a YAML config file (UTF-8, no aliases) into a dict (keys as in the CLI, with '-' or '_')."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {p} not found")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        stream = io.StringIO(p.read_text(encoding="utf-8"))
+        stream.name = str(p)  # YAML's error marks then name the file (and quote none of it)
+        data = yaml.load(stream, Loader=_PlainLoader) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {p} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8"
+        ) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {p} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping of settings, got {type(data).__name__}")
     return {str(k).replace("-", "_"): v for k, v in data.items()}

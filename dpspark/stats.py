@@ -163,6 +163,11 @@ def summarise(nw: np.ndarray, sw: np.ndarray) -> dict[str, float]:
     return out
 
 
+def finite(*figures: object) -> bool:
+    """True when every figure is a finite number: a NaN, an infinity or a missing figure meets no bound."""
+    return all(isinstance(f, int | float | np.number) and not isinstance(f, bool) and math.isfinite(f) for f in figures)
+
+
 @dataclass(frozen=True)
 class Bounds:
     """User bounds: Nw ≤ max_nw_fraction·K and Sw ≥ min_sw at the given percentile (100 = worst case)."""
@@ -185,8 +190,8 @@ class Bounds:
 
     def met(self, nw: np.ndarray, sw: np.ndarray, runs: int) -> bool:
         n, s = self.statistic(nw, sw)
-        ok_nw = self.max_nw_fraction is None or n <= self.max_nw_fraction * runs
-        ok_sw = self.min_sw is None or s >= self.min_sw
+        ok_nw = self.max_nw_fraction is None or (finite(n) and n <= self.max_nw_fraction * runs)
+        ok_sw = self.min_sw is None or (finite(s) and s >= self.min_sw)
         return ok_nw and ok_sw
 
 
@@ -205,7 +210,8 @@ def calibrate(table: dict[tuple[float, float], tuple[np.ndarray, np.ndarray, int
         for e in sorted(e for e, l2 in table if l2 == lam):
             nw, sw, runs = table[(e, lam)]
             n, s = bounds.statistic(nw, sw)
-            checked.append({"epsilon": e, "nw_stat": n, "sw_stat": s, "runs": runs, "met": bounds.met(nw, sw, runs)})
+            met = finite(e, lam) and bounds.met(nw, sw, runs)
+            checked.append({"epsilon": e, "nw_stat": n, "sw_stat": s, "runs": runs, "met": met})
         ok = [c for c in checked if c["met"]]
         rows.append({"lambda": lam, "epsilon": ok[-1]["epsilon"] if ok else None, "checked": checked})
     feasible = [r for r in rows if r["epsilon"] is not None]
@@ -242,11 +248,11 @@ def joint_calibrate(
     rows = []
     for (e, lam), p in sorted(points.items()):
         loss, reid, nw_ok = p.get("utility_loss"), p.get("reidentification"), p.get("nw_sw_met")
-        met = nw_ok is not False
+        met = nw_ok is not False and finite(e, lam)
         if max_utility_loss is not None:
-            met = met and loss is not None and loss <= max_utility_loss
+            met = met and finite(loss) and loss <= max_utility_loss
         if max_reidentification is not None:
-            met = met and reid is not None and reid <= max_reidentification
+            met = met and finite(reid) and reid <= max_reidentification
         rows.append(
             {
                 "epsilon": e,
@@ -261,13 +267,17 @@ def joint_calibrate(
     def privacy_cost(r: dict) -> float:
         return r["reidentification"] if r["reidentification"] is not None else r["epsilon"]
 
+    def utility_cost(r: dict) -> float:
+        return r["utility_loss"] if r["utility_loss"] is not None else 0.0
+
+    # A point with a NaN figure is on no frontier and beats no other point.
+    judged = [r for r in rows if finite(r["epsilon"], r["lambda"], utility_cost(r), privacy_cost(r))]
     for r in rows:
-        loss = r["utility_loss"] if r["utility_loss"] is not None else 0.0
-        r["frontier"] = not any(
-            (o["utility_loss"] or 0.0) <= loss
+        r["frontier"] = any(r is j for j in judged) and not any(
+            utility_cost(o) <= utility_cost(r)
             and privacy_cost(o) <= privacy_cost(r)
-            and ((o["utility_loss"] or 0.0) < loss or privacy_cost(o) < privacy_cost(r))
-            for o in rows
+            and (utility_cost(o) < utility_cost(r) or privacy_cost(o) < privacy_cost(r))
+            for o in judged
         )
     ok = [r for r in rows if r["met"]]
     best = min(

@@ -261,11 +261,15 @@ def write_plots(summary: list[dict], metrics: Sequence[str], out_dir: Path, mode
 
 
 def utility_loss(summary: list[dict], metric: str, modes: Sequence[str] = MODES) -> dict[tuple[float, float], float]:
-    """(ε, λ) → baseline minus mean ``metric``, the larger over ``modes`` present (the bound's quantity)."""
+    """(ε, λ) → baseline minus mean ``metric``, the larger over ``modes`` present (the bound's quantity).
+
+    A missing or NaN figure of any mode makes the point's loss NaN (``max`` would drop it), so
+    that the point meets no bound."""
     base = baseline_of(summary)[f"{metric}_mean"]
-    out: dict[tuple[float, float], float] = {}
+    losses: dict[tuple[float, float], list[float]] = {}
     for s in summary:
         if s["mode"] in modes:
-            key = (s["epsilon"], s["lambda"])
-            out[key] = max(out.get(key, -math.inf), base - s[f"{metric}_mean"])
-    return out
+            value = s[f"{metric}_mean"]
+            loss = math.nan if base is None or value is None else base - value
+            losses.setdefault((s["epsilon"], s["lambda"]), []).append(loss)
+    return {key: math.nan if any(map(math.isnan, v)) else max(v) for key, v in losses.items()}
