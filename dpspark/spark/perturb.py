@@ -25,8 +25,11 @@ from dpspark.prepare import Prepared, prepare
 from dpspark.rng import new_job_key
 from dpspark.spark import resources
 from dpspark.spark.release import check_stream, run_release
-from dpspark.spark.transform import count_columns, perturb, quote
+from dpspark.spark.transform import count_columns, map_in_arrow, perturb, quote
 from dpspark.text import COUNT_NAMES
+
+# PerturbConfig fields that only a written release uses: perturb_text refuses them (dpspark.release takes them).
+RELEASE_ONLY = ("output", "output_table", "table_format", "mode", "partition", "allow_rerelease")
 
 
 def check_columns(df: DataFrame, config: PerturbConfig, hidden: list[str] | None = None) -> None:
@@ -61,8 +64,8 @@ def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedde
             toks = [t for col in columns for s in decode_strings(b.column(col))[0] if s for t in tokenize(s)[0]]
             yield pa.RecordBatch.from_pydict({"token": strings(toks)})
 
-    schema = T.StructType([T.StructField("token", T.StringType())])
-    counted = df.select(*[F.col(quote(c)) for c in columns]).mapInArrow(tokens, schema).groupBy("token").count()
+    selected = df.select(*[F.col(quote(c)) for c in columns])
+    counted = map_in_arrow(selected, tokens, [T.StructField("token", T.StringType())]).groupBy("token").count()
     ranked = counted.orderBy(F.desc("count"), F.asc("token")).limit(size * 4).collect()
     return [r["token"] for r in ranked if r["token"] in embedded][:size]
 
@@ -186,12 +189,19 @@ def perturb_text(
         epsilon: ε (no default).
         spark: the session (default: the DataFrame's).
         **settings: any other PerturbConfig field (mechanism, lam / lambda, vocab_size,
-            nn, oov, layout, seed, keep_original, embeddings, ...).
+            nn, oov, layout, seed, keep_original, embeddings, ...) but those of a written
+            release (``RELEASE_ONLY``: output, mode, partition, ...), which are refused.
 
     The result is keyed by a fresh job key (or ``seed``), so evaluating it twice gives
     the same text; calling ``perturb_text`` again gives new noise. To *publish* the
     result, use ``release`` (manifest, ledger, refusals) rather than ``df.write``.
     """
+    written = [k for k in settings if k.replace("-", "_") in RELEASE_ONLY]
+    if written:
+        raise ConfigError(
+            f"perturb_text writes nothing and takes no {', '.join(written)}: call dpspark.release(df, output=..., "
+            "...) to write a release (manifest, ledger, refusals)"
+        )
     config = PerturbConfig.parse({"columns": columns, "epsilon": epsilon, **settings})
     check_stream(df)
     spark = spark or df.sparkSession

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from dpspark.errors import ConfigError
+
 # Spark's task slots already use every core: one BLAS thread per Python worker.
 _SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # A local JVM is driver and executor of a few jobs whose work is in Python: HotSpot's
@@ -49,7 +51,12 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
     single-thread BLAS settings are put there and in ``spark.executorEnv`` (clusters).
     """
     if remote:  # Spark Connect (sc://host:port): the server owns executors and their environment
-        session = SparkSession.builder.remote(remote).getOrCreate()
+        try:
+            session = SparkSession.builder.remote(remote).getOrCreate()
+        except ImportError as exc:  # pyspark checks the Connect client's packages first
+            raise ConfigError(
+                f"remote {remote} needs the Spark Connect client ({exc}): pip install 'dpspark[connect]'"
+            ) from None
         session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
         return session
     active = SparkSession.getActiveSession()
