@@ -290,7 +290,7 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
     """Settings of ``dpspark perturb``. ``epsilon`` has no default: the privacy level is a choice."""
 
     columns: list[str] = Field(default_factory=list, description="text column(s) to perturb, comma-separated")
-    epsilon: float = Field(description="privacy parameter ε > 0 (required, no default)")
+    epsilon: float = Field(description=f"privacy parameter ε >= {MIN_EPSILON:g} (required, no default)")
     mechanism: Mechanism = Field(default="mahalanobis", description="mahalanobis (default) or laplace")
     lam: float | None = Field(default=None, alias="lambda", description="λ in [0, 1] for mahalanobis (default 1)")
     vocab_from_corpus: bool = Field(
@@ -355,7 +355,7 @@ class VectorsConfig(ReleaseSettings):
     column: str = Field(
         default="", description="array<float>/array<double>/ML vector column, or a text column (mean GloVe)"
     )
-    epsilon: float = Field(description="ε > 0 (required)")
+    epsilon: float = Field(description=f"ε >= {MIN_EPSILON:g} (required)")
     delta: float = Field(default=1e-6, description="δ in (0, 1) (1e-6)")
     beta: float = Field(default=0.8, description="β in (0, 1): projection distortion (0.8)")
     dim: int | None = Field(default=None, ge=1, description="m, overriding the formula")
