@@ -431,7 +431,11 @@ def find_partition(fs: FileSystem, root: str, spec: dict[str, str]) -> str | Non
     for key, value in spec.items():
         names = {name for name, _ in fs.list(f"{root.rstrip('/')}/{rel}".rstrip("/"))}
         found = [f"{key}={v}" for v in (escape_value(value), value) if f"{key}={v}" in names]
-        found += sorted(n for n in names if n.startswith(f"{key}=") and unescape_value(n[len(key) + 1 :]) == value)
+        found += sorted(  # escaped otherwise (pyarrow's URI encoding), or the value given as a directory name
+            n
+            for n in names
+            if n.startswith(f"{key}=") and unescape_value(n[len(key) + 1 :]) in (value, unescape_value(value))
+        )
         if not found:
             return None
         rel = f"{rel}/{found[0]}".lstrip("/")
