@@ -47,7 +47,7 @@ from dpspark.spark import io, resources, stats
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.stats import mechanism_fields
-from dpspark.spark.transform import quote
+from dpspark.spark.transform import map_in_arrow, quote
 from dpspark.stats import WorkItem, plan
 from dpspark.text import decode_strings, tokenize
 
@@ -80,8 +80,8 @@ def token_counts(df: DataFrame, column: str) -> dict[str, int]:
             toks = [t for s in decode_strings(b.column(0))[0] if s for t in tokenize(s)[0]]
             yield pa.RecordBatch.from_pydict({"token": strings(toks)})
 
-    schema = T.StructType([T.StructField("token", T.StringType())])
-    counted = df.select(F.col(quote(column))).mapInArrow(tokens, schema).groupBy("token").count()
+    counted = map_in_arrow(df.select(F.col(quote(column))), tokens, [T.StructField("token", T.StringType())])
+    counted = counted.groupBy("token").count()
     return {r["token"]: int(r["count"]) for r in counted.collect()}
 
 

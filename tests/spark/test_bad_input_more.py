@@ -94,3 +94,17 @@ def test_remote_without_the_connect_client(tmp_path, data):
     assert lines[0].startswith("dpspark perturb: error: remote sc://localhost:15002 needs the Spark Connect client")
     assert "pip install 'dpspark[connect]'" in lines[0]
     assert not out.exists() and snapshot(tmp_path) == before
+
+
+def test_risk_token_counts_with_a_dotted_column(spark):
+    """privacy-risk counts the corpus's tokens through map_in_arrow: a dotted name works."""
+    from dpspark.spark.risk import token_counts
+
+    texts = ["the city is quiet", "the dog", None]
+    plain = spark.createDataFrame([(t,) for t in texts], "text string")
+    dotted = plain.withColumnRenamed("text", "body.text")
+    assert (
+        token_counts(dotted, "body.text")
+        == token_counts(plain, "text")
+        == {"the": 2, "city": 1, "is": 1, "quiet": 1, "dog": 1}
+    )
