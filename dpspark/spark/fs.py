@@ -104,21 +104,26 @@ class FileSystem:
         fs, p = self._hadoop(path)
         return int(fs.getContentSummary(p).getLength())
 
-    def row_groups(self, path: str) -> int:
-        """How many row groups with rows the Parquet file ``path`` holds (its footer, read on the driver)."""
+    def row_groups(self, path: str) -> tuple[int, int, int]:
+        """(row groups with rows, rows, encoded bytes before compression) of the Parquet file
+        ``path``: its footer, read on the driver."""
         local = self.local_file(path)
         if local is not None:
             import pyarrow.parquet as pq
 
             meta = pq.ParquetFile(local).metadata
-            return sum(meta.row_group(i).num_rows > 0 for i in range(meta.num_row_groups))
+            groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+            rows = [g.num_rows for g in groups]
+            return sum(n > 0 for n in rows), sum(rows), sum(g.total_byte_size for g in groups)
         jvm = self._jvm
         parquet = jvm.org.apache.parquet.hadoop
         reader = parquet.ParquetFileReader.open(
             parquet.util.HadoopInputFile.fromPath(self._hadoop(path)[1], self._conf)
         )
         try:
-            return sum(1 for block in reader.getRowGroups() if block.getRowCount() > 0)
+            blocks = list(reader.getRowGroups())
+            rows = [int(b.getRowCount()) for b in blocks]
+            return sum(n > 0 for n in rows), sum(rows), sum(int(b.getTotalByteSize()) for b in blocks)
         finally:
             reader.close()
 

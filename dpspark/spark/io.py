@@ -284,7 +284,8 @@ def read_splits(spark: SparkSession, size: int, partitions: int | None) -> dict[
     }
 
 
-WORTH_A_CORE = 1 << 20  # input bytes below which a core of its own is not worth a warning
+WORTH_A_CORE = 1 << 20  # input bytes below which a core of its own is not worth a warning or a shuffle
+ROWS_WORTH_A_CORE = 10_000  # rows below which a core of its own is not worth a shuffle (seconds of search)
 
 
 def encrypts_local_io(spark: SparkSession) -> bool:
@@ -292,25 +293,26 @@ def encrypts_local_io(spark: SparkSession) -> bool:
     return spark.sparkContext.getConf().get("spark.io.encryption.enabled", "false").lower() == "true"
 
 
-def spread_tasks(fs: FileSystem, files: list[str], size: int, splits: dict[str, str], cores: int) -> int | None:
-    """How many tasks to spread the input's rows over when its read splits leave cores idle, else None.
+def spread_tasks(fs: FileSystem, files: list[str], cores: int) -> int | None:
+    """How many tasks to spread the input's rows over when its row groups leave cores idle, else None.
 
     Parquet splits only at row-group boundaries, so an input of fewer row groups (with rows)
-    than the cores its size is worth (``WORTH_A_CORE`` bytes each, at most one per core and
-    per read split) runs on fewer cores: a 38,000-row file that pyarrow wrote as one group runs
-    on one. Then the rows are repartitioned (round robin) over that many tasks; the caller does
-    it only where the session encrypts local I/O, since a shuffle writes the raw rows to local
-    disk. The footers are read only when the files are fewer than the cores wanted (each file
-    holds at least one group): at most one per core.
+    than the cores its rows are worth (a core per ``ROWS_WORTH_A_CORE`` rows or ``WORTH_A_CORE``
+    encoded bytes, at most one per core) runs on fewer cores: a 38,000-row file that pyarrow
+    wrote as one group runs on one. Then the rows are repartitioned (round robin) over that many
+    tasks; the caller does it only where the session encrypts local I/O, since a shuffle writes
+    the raw rows to local disk. The footers say all three (rows too: repetitive text encodes to
+    almost nothing, and the search costs per token); they are read only when the files are fewer
+    than the cores (each file holds at least one group), so at most one footer per core.
     """
-    target = int(splits.get("spark.sql.files.maxPartitionBytes", 0))
-    wanted = min(cores, -(-size // target), size // WORTH_A_CORE) if target else 0
-    if wanted < 2 or len(files) >= wanted:
+    if cores < 2 or len(files) >= cores:
         return None
     try:
-        groups = sum(fs.row_groups(f) for f in files)
+        counted = [fs.row_groups(f) for f in files]
     except Exception:  # noqa: BLE001 - a footer the driver cannot read: the read reports it
         return None
+    groups, rows, encoded = (sum(c[i] for c in counted) for i in range(3))
+    wanted = min(cores, max(rows // ROWS_WORTH_A_CORE, encoded // WORTH_A_CORE))
     return wanted if groups < wanted else None
 
 

@@ -165,7 +165,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     df = job.check(df)
     spread = None  # too few read splits for the cores: spread the rows through an encrypted shuffle
     if splits and not is_connect(spark) and io.encrypts_local_io(spark):
-        spread = io.spread_tasks(fs, files, size, splits, spark.sparkContext.defaultParallelism)
+        spread = io.spread_tasks(fs, files, spark.sparkContext.defaultParallelism)
         if spread:
             df = df.repartition(spread)
     io.check_spec(spec, keys)

@@ -21,7 +21,11 @@ The ledger is read whenever the ledger table exists, even when the output table 
 those records were published.
 
 **Commit.** The release is written in its one pass into a staging table beside the output,
-``_dpspark_tmp_<table>_<host>_<pid>_<run>`` (readers of the output see nothing of it). Then:
+``_dpspark_tmp_<table>_<host>_<pid>_<run>`` (readers of the output see nothing of it). Then,
+holding the output's commit lock (``io.Lock``: a file ``_dpspark_lock_<table>`` at the schema's
+location; where that cannot be written, as in Unity Catalog's managed storage, the format's own
+concurrency control is all there is), a new output that another run created meanwhile is exit 5
+and a release that overlaps one committed meanwhile is exit 7 (``ledger.check_unchanged``); else:
 
 1. the ledger entry, the manifest and the side files are appended to the ledger table;
 2. the staged rows go into the output in one INSERT: a new table is created empty (same
@@ -146,7 +150,10 @@ class TableOutput:
         except Exception:  # noqa: BLE001 - catalogs that cannot describe a schema
             return None
         where = next((r[1] for r in rows if r[0] == "Location" and r[1]), None)
-        return self.fs.resolve(where) if where else None
+        try:
+            return self.fs.resolve(where) if where else None
+        except Exception:  # noqa: BLE001 - a location the session may not list (Unity Catalog's managed storage)
+            return where
 
     def locations(self) -> dict[str, str]:
         """Where the output table and its ledger table keep (or, when new, will keep) their files."""
@@ -295,8 +302,15 @@ class TableOutput:
         """Under the output's lock: check that no other run committed meanwhile, record the release,
         then insert the staged rows into the output (see the module docstring)."""
         base = self.schema_location()
-        lock = io.Lock(self.fs, f"{base}/{io.LOCK_PREFIX}{self.name}", entry["run_id"], f"output table {self.given}")
-        with lock if base else contextlib.nullcontext():
+        with contextlib.ExitStack() as held:
+            if base:
+                lock = io.Lock(
+                    self.fs, f"{base}/{io.LOCK_PREFIX}{self.name}", entry["run_id"], f"output table {self.given}"
+                )
+                try:
+                    held.enter_context(lock)
+                except OSError:  # a location no one may write directly (Unity Catalog's managed storage):
+                    pass  # the table format's own concurrency control (Delta) is all there is
             if not existed and self.exists():
                 raise OutputExistsError(
                     f"output table {self.given} was created by another run while this one ran: nothing of this run "

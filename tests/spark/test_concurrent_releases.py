@@ -138,6 +138,23 @@ def test_overlapping_etl_runs_at_once_one_wins(spark, monkeypatch, tmp_path, par
     assert json.loads((out2 / io.MANIFEST).read_text())["ledger"]["releases"] == 2
 
 
+def test_two_first_releases_into_one_new_table(spark, monkeypatch, tmp_path, dataset):
+    spark.sql("CREATE DATABASE IF NOT EXISTS racedb")
+    try:
+        config = {"input": str(dataset), "output_table": "racedb.private", "epsilon": 10}
+        results, errors = race(spark, monkeypatch, [config, config])
+        assert len(results) == 1 and len(errors) == 1, errors
+        assert isinstance(errors[0], OutputExistsError) and "created by another run" in str(errors[0])
+        entries = spark.table("racedb.private__dpspark_ledger").where("kind = 'entry'").collect()
+        assert [r["run_id"] for r in entries] == [results[0]["run_id"]]
+        assert spark.table("racedb.private").count() == 3
+        assert [t.name for t in spark.catalog.listTables("racedb")] == ["private", "private__dpspark_ledger"]
+        warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+        assert not list(warehouse.glob("racedb.db/_dpspark*"))  # the lock went with the commit
+    finally:
+        spark.sql("DROP DATABASE IF EXISTS racedb CASCADE")
+
+
 def _cli(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS",)}
     code = f"import sys; from dpspark.cli import main; sys.exit(main({list(args)!r}))"

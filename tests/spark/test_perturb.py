@@ -293,8 +293,12 @@ def test_an_input_of_one_large_row_group_is_spread_over_every_core(spark, tmp_pa
     # Without encryption the rows stay put and the warning names the cause, not the input's size.
     splits = io.read_splits(spark, one.stat().st_size, None)
     fs = io.FileSystem(spark)
-    assert io.spread_tasks(fs, [str(one)], one.stat().st_size, splits, 2) == 2
-    assert io.spread_tasks(fs, [str(many)], many.stat().st_size, splits, 2) is None
+    assert io.spread_tasks(fs, [str(one)], 2) == 2 and io.spread_tasks(fs, [str(many)], 2) is None
+    # Repetitive text compresses many times over: the footers' uncompressed size decides, not the file's.
+    repeated = tmp_path / "repeated.parquet"
+    pq.write_table(pa.table({"text": ["the city is quiet tonight and the river runs"] * 100_000}), repeated)
+    assert repeated.stat().st_size < io.WORTH_A_CORE and io.spread_tasks(fs, [str(repeated)], 2) == 2
+    assert io.spread_tasks(fs, [str(repeated)], 1) is None  # one core: nothing to spread over
     written = tmp_path / "one_task"
     written.mkdir()
     pq.write_table(pa.table({"text": texts}), written / "part-00000-x.parquet")
