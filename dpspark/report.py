@@ -75,45 +75,121 @@ def write_summary(table: pa.Table, out_dir: Path) -> list[dict]:
     return rows
 
 
-def write_plots(table: pa.Table, out_dir: Path) -> list[str]:
-    """percentiles.png (Nw and Sw percentiles vs ε per λ) and histograms.png (per ε, per λ)."""
+def _subplots(rows: int, cols: int, figsize: tuple[float, float], **kw):  # noqa: ANN003, ANN202
     # The object-oriented API with the Agg canvas: no global backend switch (matplotlib.use)
     # that would change the caller's own plotting, no pyplot state.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    def subplots(rows: int, cols: int, figsize: tuple[float, float]):  # noqa: ANN202
-        fig = Figure(figsize=figsize)
-        FigureCanvasAgg(fig)
-        return fig, fig.subplots(rows, cols, squeeze=False)
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(rows, cols, squeeze=False, **kw)
 
+
+def about(k: int, words: int, vocab_size: int | None = None, embedding: str | None = None) -> str:
+    """The line every privacy figure carries: K, the words measured, the vocabulary and the embedding."""
+    text = f"K = {k} runs of each of {words} words"
+    if vocab_size is not None:
+        text += f"; vocabulary {vocab_size} words"
+        if embedding:
+            text += f" of {embedding}"
+    elif embedding:
+        text += f"; embedding {embedding}"
+    return text
+
+
+def axis_labels(k: int) -> dict[str, str]:
+    """What Nw and Sw count, with their unit, for the axes."""
+    return {
+        "Nw": f"Nw (runs out of K = {k} that return the word itself)",
+        "Sw": f"Sw (distinct words output in K = {k} runs)",
+    }
+
+
+def _epsilon_axis(ax, eps: list[float]) -> None:  # noqa: ANN001
+    ax.set_xscale("log")
+    ax.set_xticks(eps, [f"{e:g}" for e in eps])
+    ax.minorticks_off()
+    ax.set_xlabel("ε (log scale)")
+
+
+def percentiles_figure(table: pa.Table, vocab_size: int | None = None, embedding: str | None = None):  # noqa: ANN201
+    """The Figure of percentiles.png: rows Nw and Sw, a column per percentile, one line per λ,
+    every panel on the same 0–K scale."""
     g = grid(table)
     eps = sorted({e for e, _ in g})
     lams = sorted({lam for _, lam in g})
-    fig, axes = subplots(2, len(PERCENTILES), (4 * len(PERCENTILES), 7))
+    k = next(iter(g.values()))[2]
+    words = len(next(iter(g.values()))[0])
+    label = axis_labels(k)
+    fig, axes = _subplots(2, len(PERCENTILES), (3.8 * len(PERCENTILES), 7.4), sharex=True, sharey=True)
     for row, (name, idx) in enumerate((("Nw", 0), ("Sw", 1))):
         for col, p in enumerate(PERCENTILES):
             ax = axes[row][col]
             for lam in lams:
-                ax.plot(eps, [np.percentile(g[(e, lam)][idx], p) for e in eps], marker="o", label=f"λ={lam:g}")
-            ax.set_xlabel("ε")
-            ax.set_title(f"{name}, {p}th percentile")
+                ax.plot(eps, [np.percentile(g[(e, lam)][idx], p) for e in eps], marker="o", label=f"λ = {lam:g}")
+            _epsilon_axis(ax, eps)
+            ax.tick_params(labelbottom=True, labelleft=True)  # every panel keeps its scale when shared
+            ax.set_ylabel(label[name], fontsize=8)
+            ax.set_ylim(0, k)
+            ax.set_title(f"{name}, {p}th percentile over words")
             ax.grid(alpha=0.3)
-    axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(out_dir / "percentiles.png", dpi=110)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(lams), title="λ (0: Laplace)")
+    fig.suptitle(
+        f"Nw and Sw percentiles against ε\n{about(k, words, vocab_size, embedding)}\n"
+        "Smaller Nw and larger Sw: more plausible deniability"
+    )
+    return fig
 
-    fig, axes = subplots(2, len(eps), (3.2 * len(eps), 6))
+
+def histograms_figure(table: pa.Table, vocab_size: int | None = None, embedding: str | None = None):  # noqa: ANN201
+    """The Figure of histograms.png: a row per ε, columns Nw and Sw, a step histogram per λ
+    in its own colour, every panel on the same axes (0–K, count of words)."""
+    g = grid(table)
+    eps = sorted({e for e, _ in g})
+    lams = sorted({lam for _, lam in g})
     k = next(iter(g.values()))[2]
-    for col, e in enumerate(eps):
-        for row, (name, idx) in enumerate((("Nw", 0), ("Sw", 1))):
+    words = len(next(iter(g.values()))[0])
+    label = axis_labels(k)
+    bins = np.linspace(0, k, 21)
+    fig, axes = _subplots(len(eps), 2, (10, 2.4 * len(eps) + 1.2), sharex=True, sharey=True)
+    styles = ("-", "--", "-.", ":")
+    for row, e in enumerate(eps):
+        for col, (name, idx) in enumerate((("Nw", 0), ("Sw", 1))):
             ax = axes[row][col]
-            for lam in lams:
-                ax.hist(g[(e, lam)][idx], bins=np.linspace(0, k, 21), alpha=0.45, label=f"λ={lam:g}")
-            ax.set_title(f"{name} at ε={e:g}")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "histograms.png", dpi=110)
+            for i, lam in enumerate(lams):
+                color = f"C{i % 10}"
+                ax.hist(g[(e, lam)][idx], bins=bins, histtype="stepfilled", color=color, alpha=0.15)
+                ax.hist(
+                    g[(e, lam)][idx],
+                    bins=bins,
+                    histtype="step",
+                    color=color,
+                    linewidth=1.8,
+                    linestyle=styles[i % len(styles)],
+                    label=f"λ = {lam:g}",
+                )
+            ax.set_xlim(0, k)
+            ax.tick_params(labelbottom=True, labelleft=True)  # every panel keeps its scale when shared
+            ax.set_xlabel(label[name], fontsize=8)
+            ax.set_ylabel("count of words")
+            ax.set_title(f"{name} at ε = {e:g}")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(lams), title="λ (0: Laplace)")
+    fig.suptitle(f"Distribution of Nw and Sw over words\n{about(k, words, vocab_size, embedding)}")
+    return fig
+
+
+def write_plots(
+    table: pa.Table, out_dir: Path, vocab_size: int | None = None, embedding: str | None = None
+) -> list[str]:
+    """percentiles.png (Nw and Sw percentiles vs ε per λ) and histograms.png (per ε, per λ).
+
+    ``vocab_size`` and ``embedding`` (its name) go into the titles when given."""
+    percentiles_figure(table, vocab_size, embedding).savefig(out_dir / "percentiles.png", dpi=110)
+    histograms_figure(table, vocab_size, embedding).savefig(out_dir / "histograms.png", dpi=110)
     return ["percentiles.png", "histograms.png"]
 
 

@@ -257,7 +257,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
         local.mkdir()
         pq.write_table(table, local / "per_word.parquet")
         summary = report.write_summary(table, local)
-        plots = report.write_plots(table, local)
+        plots = report.write_plots(table, local, len(vocab_rows), emb.name)
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-stats",
