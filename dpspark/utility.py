@@ -213,47 +213,114 @@ def against_laplace(summary: list[dict], metrics: Sequence[str]) -> list[str]:
     return ["## Each λ against Laplace (λ = 0): 95% CIs that do not overlap", "", *lines, ""]
 
 
-def _figure(rows: int, cols: int, figsize: tuple[float, float]):  # noqa: ANN202
+def _figure(rows: int, cols: int, figsize: tuple[float, float], **kw):  # noqa: ANN003, ANN202
     # The object-oriented API with the Agg canvas: no global backend switch, no pyplot state.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=figsize)
+    fig = Figure(figsize=figsize, layout="constrained")
     FigureCanvasAgg(fig)
-    return fig, fig.subplots(rows, cols, squeeze=False)
+    return fig, fig.subplots(rows, cols, squeeze=False, **kw)
 
 
-def write_plots(summary: list[dict], metrics: Sequence[str], out_dir: Path, model: str) -> list[str]:
-    """``utility_<mode>.png`` per mode: each metric against ε, one line per λ with its 95% CI band,
-    the baseline as a dashed line (Xu et al. Figs. 6–7)."""
+METRIC_LABELS = {
+    "accuracy": "accuracy: share of test rows right",
+    "precision": "precision of the positive class",
+    "recall": "recall of the positive class",
+    "f1": "F1 of the positive class",
+    "auc": "ROC AUC",
+    "macro_f1": "macro-F1: mean F1 over classes",
+}
+MODE_TEXT = {"train-time": "train on perturbed, test on plain", "test-time": "train on plain, test on perturbed"}
+
+
+def utility_figure(  # noqa: ANN201
+    summary: list[dict],
+    metrics: Sequence[str],
+    mode: str,
+    model: str,
+    vocab_size: int | None = None,
+    embedding: str | None = None,
+    majority: float | None = None,
+):
+    """The Figure of ``utility_<mode>.png`` (None when ``mode`` has no rows): a panel per metric
+    in a grid of three columns, every panel on the same 0–1 scale, one line per λ with its 95% CI
+    band, the baseline dashed, the majority-class accuracy (``majority``, a share) dotted on the
+    accuracy panel, chance (0.5) on the AUC panel, and one legend in the grid's spare cell."""
     base = baseline_of(summary)
+    rows = [s for s in summary if s["mode"] == mode]
+    if not rows:
+        return None
+    lams = sorted({s["lambda"] for s in rows})
+    eps = sorted({s["epsilon"] for s in rows})
+    cells = len(metrics) + 1  # the last cell holds the legend
+    ncols = min(3, cells)
+    nrows = math.ceil(cells / ncols)
+    fig, axes = _figure(nrows, ncols, (4.2 * ncols, 3.6 * nrows + 0.8), sharey=True)
+    flat = [ax for row in axes for ax in row]
+    for ax, m in zip(flat, metrics):
+        for lam in lams:
+            pts = sorted((s for s in rows if s["lambda"] == lam), key=lambda s: s["epsilon"])
+            e = [s["epsilon"] for s in pts]
+            line = ax.plot(e, [s[f"{m}_mean"] for s in pts], marker="o", label=f"λ = {lam:g} (mean, 95% CI band)")[0]
+            # Every metric lives in [0, 1]: the band is clipped there (the table keeps the t-interval).
+            low = np.clip([s[f"{m}_low"] for s in pts], 0, 1)
+            high = np.clip([s[f"{m}_high"] for s in pts], 0, 1)
+            ax.fill_between(e, low, high, color=line.get_color(), alpha=0.2)
+        ax.axhline(base[f"{m}_mean"], color="black", linestyle="--", linewidth=1, label="non-private baseline")
+        if m == "accuracy" and majority is not None:
+            ax.axhline(
+                majority,
+                color="C3",
+                linestyle=":",
+                linewidth=1.5,
+                label=f"majority class, always predicted: {100 * majority:.1f}% of all rows",
+            )
+        if m == "auc":
+            ax.axhline(0.5, color="grey", linestyle=":", linewidth=1.5, label="chance (AUC 0.5)")
+        ax.set_xscale("log")
+        ax.set_xticks(eps, [f"{x:g}" for x in eps])
+        ax.minorticks_off()
+        ax.set_xlabel("ε (log scale)")
+        ax.set_ylim(0, 1)
+        ax.tick_params(labelleft=True)  # every panel keeps its scale when shared
+        ax.set_ylabel(f"{METRIC_LABELS.get(m, m)} (0–1)", fontsize=8)
+        ax.set_title(m)
+        ax.grid(alpha=0.3)
+    handles: dict[str, object] = {}
+    for ax in flat[: len(metrics)]:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    spare = flat[len(metrics)]
+    spare.axis("off")
+    spare.legend(list(handles.values()), list(handles), loc="center", fontsize=8, title="series")
+    for ax in flat[len(metrics) + 1 :]:
+        fig.delaxes(ax)
+    parts = [f"R = {rows[0]['repeats']} perturbations per (ε, λ)"]
+    if vocab_size is not None:
+        parts.append(f"vocabulary {vocab_size} words" + (f" of {embedding}" if embedding else ""))
+    elif embedding:
+        parts.append(f"embedding {embedding}")
+    fig.suptitle(f"{model}, {mode} ({MODE_TEXT.get(mode, mode)})\n" + "; ".join(parts))
+    return fig
+
+
+def write_plots(
+    summary: list[dict],
+    metrics: Sequence[str],
+    out_dir: Path,
+    model: str,
+    vocab_size: int | None = None,
+    embedding: str | None = None,
+    majority: float | None = None,
+) -> list[str]:
+    """``utility_<mode>.png`` per mode: each metric against ε, one line per λ with its 95% CI band,
+    the baseline as a dashed line (Xu et al. Figs. 6–7); see ``utility_figure``."""
     files = []
     for mode in MODES:
-        rows = [s for s in summary if s["mode"] == mode]
-        if not rows:
+        fig = utility_figure(summary, metrics, mode, model, vocab_size, embedding, majority)
+        if fig is None:
             continue
-        lams = sorted({s["lambda"] for s in rows})
-        fig, axes = _figure(1, len(metrics), (3.6 * len(metrics), 3.4))
-        for ax, m in zip(axes[0], metrics):
-            for lam in lams:
-                pts = sorted((s for s in rows if s["lambda"] == lam), key=lambda s: s["epsilon"])
-                e = [s["epsilon"] for s in pts]
-                line = ax.plot(e, [s[f"{m}_mean"] for s in pts], marker="o", label=f"λ={lam:g}")[0]
-                # Every metric lives in [0, 1]: the band is clipped there (the table keeps the t-interval).
-                low = np.clip([s[f"{m}_low"] for s in pts], 0, 1)
-                high = np.clip([s[f"{m}_high"] for s in pts], 0, 1)
-                ax.fill_between(e, low, high, color=line.get_color(), alpha=0.2)
-            ax.axhline(base[f"{m}_mean"], color="black", linestyle="--", linewidth=1, label="baseline")
-            eps = sorted({s["epsilon"] for s in rows})
-            ax.set_xscale("log")
-            ax.set_xticks(eps, [f"{x:g}" for x in eps])
-            ax.minorticks_off()
-            ax.set_xlabel("ε")
-            ax.set_title(m)
-            ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle(f"{model}, {mode}")
-        fig.tight_layout()
         name = f"utility_{mode.replace('-', '_')}.png"
         fig.savefig(out_dir / name, dpi=110)
         files.append(name)

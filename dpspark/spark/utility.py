@@ -422,7 +422,9 @@ def _evaluate(
         notes.append(f"Precision, recall, F1 and AUC of the {positive}.")
     md = utility.summary_md(summary, metrics, "Utility of perturbed text", notes)
     (local / "summary.md").write_text(md, encoding="utf-8")
-    plots = utility.write_plots(summary, metrics, local, config.model)
+    plots = utility.write_plots(
+        summary, metrics, local, config.model, len(first.vocab_rows), emb.name, max(class_counts) / sum(class_counts)
+    )
     grid_s = sum(point_s)
     return {
         "dpspark_version": dpspark.__version__,
