@@ -126,30 +126,62 @@ def summary_md(rows: list[dict], title: str, notes: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_plot(rows: list[dict], out_dir: Path) -> str:
-    """``reidentification.png``: recovered shares (top-1 solid, top-5 dashed) and unchanged share against ε per λ."""
+def figure(  # noqa: ANN201
+    rows: list[dict], words: int | None = None, vocab_size: int | None = None, embedding: str | None = None
+):
+    """The Figure of ``reidentification.png``: recovered shares (top-1 solid, top-5 dashed) and the
+    unchanged share against ε per λ, both panels on one 0–1 scale, a suptitle with K, the corpus
+    words (``words``), the vocabulary and the embedding when given."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 3.6))
+    fig = Figure(figsize=(11, 4.6), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 2)
+    axes = fig.subplots(1, 2, sharey=True)
     eps = sorted({r["epsilon"] for r in rows})
     for lam in sorted({r["lambda"] for r in rows}):
         pts = sorted((r for r in rows if r["lambda"] == lam), key=lambda r: r["epsilon"])
         x = [r["epsilon"] for r in pts]
-        line = axes[0].plot(x, [r["top1"] for r in pts], marker="o", label=f"λ={lam:g} top-1")[0]
-        axes[0].plot(x, [r["top5"] for r in pts], linestyle="--", color=line.get_color(), label=f"λ={lam:g} top-5")
-        axes[1].plot(x, [r["unchanged"] for r in pts], marker="o", label=f"λ={lam:g}")
-    for ax, title in zip(axes, ("share of tokens the attacker recovers", "share of tokens released unchanged")):
+        line = axes[0].plot(x, [r["top1"] for r in pts], marker="o", label=f"λ = {lam:g}, top-1 guess")[0]
+        axes[0].plot(
+            x, [r["top5"] for r in pts], linestyle="--", color=line.get_color(), label=f"λ = {lam:g}, among top-5"
+        )
+        axes[1].plot(x, [r["unchanged"] for r in pts], marker="o", label=f"λ = {lam:g}")
+    panels = (
+        ("share of tokens the attacker recovers", "recovered tokens (share of corpus tokens with a vector, 0–1)"),
+        ("share of tokens released unchanged", "unchanged tokens (share of corpus tokens with a vector, 0–1)"),
+    )
+    for ax, (title, ylabel) in zip(axes, panels):
         ax.set_xscale("log")
         ax.set_xticks(eps, [f"{e:g}" for e in eps])
         ax.minorticks_off()
-        ax.set_xlabel("ε")
+        ax.set_xlabel("ε (log scale)")
         ax.set_ylim(0, 1)
+        ax.tick_params(labelleft=True)  # both panels keep their scale when shared
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "reidentification.png", dpi=110)
+    about = f"K = {rows[0]['runs']} runs per word"
+    if words is not None:
+        about += (
+            f" ({rows[0]['runs'] // 2} to fit the attack, {rows[0]['runs'] // 2} to score it), {words} corpus words"
+        )
+    if vocab_size is not None:
+        about += f"; vocabulary {vocab_size} words" + (f" of {embedding}" if embedding else "")
+    elif embedding:
+        about += f"; embedding {embedding}"
+    fig.suptitle(f"Re-identification risk against ε\n{about}")
+    return fig
+
+
+def write_plot(
+    rows: list[dict],
+    out_dir: Path,
+    words: int | None = None,
+    vocab_size: int | None = None,
+    embedding: str | None = None,
+) -> str:
+    """``reidentification.png``: recovered shares (top-1 solid, top-5 dashed) and unchanged share against ε per λ."""
+    figure(rows, words, vocab_size, embedding).savefig(out_dir / "reidentification.png", dpi=110)
     return "reidentification.png"

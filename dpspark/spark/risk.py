@@ -239,7 +239,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         (out.local / "summary.md").write_text(
             risk.summary_md(table_rows, "Re-identification risk", notes), encoding="utf-8"
         )
-        plot = risk.write_plot(table_rows, out.local)
+        plot = risk.write_plot(table_rows, out.local, len(prior), len(vocab_rows), emb.name)
         draws = len(config.epsilons) * len(lambdas) * len(rows) * config.runs
         manifest = {
             "dpspark_version": dpspark.__version__,
