@@ -399,7 +399,8 @@ def _markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _plot(r: dict[str, Any], path: Path) -> None:
+def _figure(r: dict[str, Any]):  # noqa: ANN202
+    """The Figure of embedding_report.png: k-NN distance percentiles and the spectrum of Σ."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -428,7 +429,13 @@ def _plot(r: dict[str, Any], path: Path) -> None:
     ax2.set_title(f"Spectrum of Σ: condition number {sp['condition_number']:.3g}")
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend()
-    fig.savefig(path, dpi=110)
+    emb, vocab = r["embeddings"], r["vocabulary"]
+    fig.suptitle(f"Embedding geometry: {emb['name']} (d = {emb['dim']}), output vocabulary {vocab['size']} words")
+    return fig
+
+
+def _plot(r: dict[str, Any], path: Path) -> None:
+    _figure(r).savefig(path, dpi=110)
 
 
 def write_report(report: dict[str, Any], out_dir: str | Path, overwrite: bool = False) -> list[Path]:

@@ -616,15 +616,24 @@ def _markdown(r: dict[str, Any], approx: Approximation) -> str:
     return "\n".join(lines)
 
 
-def _plot(approx: Approximation, metric: str, epsilons: Sequence[float], betas: Sequence[float], path: Path) -> None:
+def _figure(  # noqa: ANN202
+    approx: Approximation,
+    metric: str,
+    epsilons: Sequence[float],
+    betas: Sequence[float],
+    embedding: str | None = None,
+):
+    """The Figure of one box-plot file: a row per dimension d, a column per ε, M1 and M2 side by
+    side at each β; panels of one ε (a column) share their y scale, since the error shrinks with ε
+    by orders of magnitude across columns."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     dims = list(approx.m)
-    fig = Figure(figsize=(4.2 * len(epsilons) + 0.5, 3.6 * len(dims)), layout="constrained")
+    fig = Figure(figsize=(4.4 * len(epsilons) + 0.5, 3.8 * len(dims) + 1.0), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = np.atleast_2d(fig.subplots(len(dims), len(epsilons), squeeze=False))
+    axes = np.atleast_2d(fig.subplots(len(dims), len(epsilons), squeeze=False, sharey="col"))
     colors = {"M1": "#9e9e9e", "M2": "C0"}
     for i, d in enumerate(dims):
         for j, eps in enumerate(epsilons):
@@ -641,18 +650,36 @@ def _plot(approx: Approximation, metric: str, epsilons: Sequence[float], betas: 
                 med.set_color("black")
             ax.set_xticks([3 * k + 0.5 for k in range(len(betas))])
             ax.set_xticklabels([f"β={b:g}\nm={approx.m[d][b]}" for b in betas], fontsize=8)
+            ax.set_xlabel("M2's β (m: its projected dimension)", fontsize=8)
             ax.set_title(f"d = {d}, ε = {eps:g}", fontsize=10)
             ax.grid(True, axis="y", alpha=0.3)
-            if j == 0:
-                ax.set_ylabel(METRIC_TITLES[metric], fontsize=9)
-    axes[0, -1].legend(
+            ax.tick_params(labelleft=True)  # every panel keeps its scale when shared
+            ax.set_ylabel(f"{METRIC_TITLES[metric]} per pair", fontsize=8)
+    fig.legend(
         handles=[Patch(facecolor=colors["M1"], label="M1 (no β; same at every β)"), Patch(facecolor="C0", label="M2")],
         fontsize=8,
-        loc="upper right",
+        loc="outside lower center",
+        ncols=2,
     )
     n = math.isqrt(next(iter(approx.errors.values())).size)
-    fig.suptitle(f"{METRIC_TITLES[metric]}: {n} × {n} fixed pairs (boxes: quartiles; whiskers 1.5 IQR)", fontsize=11)
-    fig.savefig(path, dpi=100)
+    source = f"{embedding}, " if embedding else ""
+    fig.suptitle(
+        f"{METRIC_TITLES[metric]}\n{source}d = {' and '.join(str(d) for d in dims)}: {n} × {n} fixed pairs "
+        "(boxes: quartiles; whiskers 1.5 IQR); y shared within each ε",
+        fontsize=11,
+    )
+    return fig
+
+
+def _plot(
+    approx: Approximation,
+    metric: str,
+    epsilons: Sequence[float],
+    betas: Sequence[float],
+    path: Path,
+    embedding: str | None = None,
+) -> None:
+    _figure(approx, metric, epsilons, betas, embedding).savefig(path, dpi=100)
 
 
 def write_outputs(ev: Evaluation, out_dir: str | Path, overwrite: bool = False) -> list[Path]:
@@ -674,7 +701,7 @@ def write_outputs(ev: Evaluation, out_dir: str | Path, overwrite: bool = False) 
             paths[name].write_text(body, encoding="utf-8")
         for metric, name in zip(METRICS, ("distance.png", "inner_product.png")):
             written.append(paths[name])
-            _plot(ev.approx, metric, eps, betas, paths[name])
+            _plot(ev.approx, metric, eps, betas, paths[name], r["embeddings"]["name"])
     return [out_dir / f for f in FILES]
 
 
