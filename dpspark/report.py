@@ -245,9 +245,8 @@ def frontier_md(result: dict, bounds_text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_frontier_plot(result: dict, out_dir: Path, max_utility_loss: float | None, max_reid: float | None) -> str:
-    """``frontier.png``: utility loss against re-identification (or ε), one marker series per λ,
-    the bounds dashed, the frontier joined, the choice starred."""
+def frontier_figure(result: dict, max_utility_loss: float | None, max_reid: float | None):  # noqa: ANN201
+    """The Figure of ``frontier.png`` (see ``write_frontier_plot``)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -273,12 +272,19 @@ def write_frontier_plot(result: dict, out_dir: Path, max_utility_loss: float | N
     if best is not None:
         (b,) = [r for r in rows if (r["epsilon"], r["lambda"]) == (best["epsilon"], best["lambda"])]
         ax.scatter([x_of(b)], [y_of(b)], marker="*", s=200, color="gold", edgecolor="black", label="choice", zorder=5)
-    ax.set_xlabel("re-identification, top-1 share of tokens" if use_risk else "ε")
-    ax.set_ylabel("utility loss (baseline − mean)")
+    ax.set_xlabel("re-identification: top-1 share of corpus tokens (0–1)" if use_risk else "ε")
+    ax.set_ylabel("utility loss: baseline − mean of the metric (0–1 scale)")
+    ax.set_title("Privacy–utility frontier (point labels: ε)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out_dir / "frontier.png", dpi=110)
+    return fig
+
+
+def write_frontier_plot(result: dict, out_dir: Path, max_utility_loss: float | None, max_reid: float | None) -> str:
+    """``frontier.png``: utility loss against re-identification (or ε), one marker series per λ,
+    the bounds dashed, the frontier joined, the choice starred."""
+    frontier_figure(result, max_utility_loss, max_reid).savefig(out_dir / "frontier.png", dpi=110)
     return "frontier.png"
 
 
