@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["dpspark", "dpspark.*"]),
-    package_data={"dpspark.spark": ["log4j2-local.properties"]},
+    package_data={"dpspark": ["py.typed"], "dpspark.spark": ["log4j2-local.properties"]},
     # Lower bounds at what Databricks Runtime 14.3 LTS ships (runtimes/dbr-*.txt): a %pip install
     # must never upgrade numpy, pyarrow or pydantic under the runtime's pandas and MLlib.
     install_requires=[

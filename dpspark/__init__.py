@@ -19,7 +19,10 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 __version__ = "0.1.0"
 
@@ -67,29 +70,186 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def perturb_text(df, columns, epsilon, **settings):  # noqa: ANN001, ANN201 - pyspark types stay optional
+def _given(values: dict[str, Any]) -> dict[str, Any]:
+    """The explicit settings to pass on: None means the model's own default (``lam=None`` then
+    leaves room for ``**{"lambda": 0.5}``, the YAML spelling)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def perturb_text(
+    df: DataFrame,
+    columns: list[str] | str,
+    epsilon: float,
+    *,
+    mechanism: Literal["mahalanobis", "laplace"] = "mahalanobis",
+    lam: float | None = None,
+    vocab_size: int = 50_000,
+    vocab_file: str | None = None,
+    vocab_from_corpus: bool = False,
+    embeddings: str = "glove-6b-50d",
+    embeddings_format: Literal["auto", "glove", "word2vec", "word2vec-binary", "fasttext", "npy", "parquet"] = "auto",
+    embeddings_words: str | None = None,
+    embeddings_dir: str | None = None,
+    nn: Literal["exact", "annoy"] = "exact",
+    annoy_trees: int = 50,
+    annoy_search_k: int = -1,
+    recall_queries: int = 2000,
+    oov: Literal["unk", "random", "drop", "keep"] = "unk",
+    oov_token: str = "[UNK]",
+    layout: Literal["single", "lines", "keep"] = "single",
+    keep_original: bool = False,
+    seed: int | None = None,
+    **settings: Any,
+) -> DataFrame:
     """Privately perturb every token of ``columns`` of a Spark DataFrame (lazy).
 
-    Returns a DataFrame with the same rows and schema, the text columns rewritten by
-    the chosen mechanism. To publish it, use ``release``. See
-    dpspark.spark.perturb.perturb_text for the arguments.
+    Returns a DataFrame with the same rows and schema, the text columns rewritten by the
+    chosen mechanism. It writes nothing: to publish the result use ``release`` (manifest,
+    ledger, refusals), not ``df.write``. Evaluating the result twice gives the same text;
+    calling ``perturb_text`` again gives new noise. The settings are those of
+    ``dpspark.config.PerturbConfig`` and are checked by it.
+
+    Args:
+        df: the input DataFrame (bounded: a stream is refused).
+        columns: the text column(s) to rewrite (a list, or one comma-separated string).
+        epsilon: the privacy parameter ε (required: no default).
+        mechanism: ``"mahalanobis"`` (default) or ``"laplace"``.
+        lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1); Laplace is λ = 0.
+        vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
+        vocab_file: a public word list (one per line) as the output vocabulary instead.
+        vocab_from_corpus: derive the vocabulary from the input (publishes its frequent
+            words; warns).
+        embeddings: ``"glove-6b-50d"`` (default) or the path of an embedding file.
+        embeddings_format: the file's format (``"auto"``: from its name).
+        embeddings_words: the word list of a ``.npy`` embedding.
+        embeddings_dir: a directory every executor reads at the same path (a volume,
+            /dbfs, NFS): a user embedding is stored there once instead of shipped per job.
+        nn: nearest-neighbour search, ``"exact"`` (default) or ``"annoy"`` (approximate).
+        annoy_trees: annoy's number of trees.
+        annoy_search_k: annoy's search_k (-1: annoy's default).
+        recall_queries: noisy queries that measure annoy's recall.
+        oov: out-of-vocabulary policy: ``"unk"``, ``"random"``, ``"drop"`` or ``"keep"``.
+        oov_token: the placeholder of the ``unk`` policy.
+        layout: ``"single"`` (tokens joined by single spaces); ``"lines"`` and ``"keep"``
+            publish the input's line breaks or whitespace (outside the guarantee; warns).
+        keep_original: also return the raw text as ``COL_original`` (NOT private; warns).
+        seed: a fixed seed, for tests and experiments only (warns).
+        **settings: the same settings spelled as in YAML (``**{"lambda": 0.5}``). The
+            settings of a written release (output, output_table, mode, partition, ...)
+            are refused with a ConfigError that names ``dpspark.release``.
+
+    Raises:
+        ConfigError: a setting is invalid or belongs to a written release.
+        InputDataError: a column is missing or not a string column.
     """
     from dpspark.spark.perturb import perturb_text as _perturb_text
 
-    return _perturb_text(df, columns=columns, epsilon=epsilon, **settings)
+    chosen = _given({k: v for k, v in locals().items() if k in _PERTURB_TEXT_SETTINGS})
+    return _perturb_text(df, columns=columns, epsilon=epsilon, **chosen, **settings)
 
 
-def release(df, output=None, columns=None, epsilon=None, **settings):  # noqa: ANN001, ANN201
-    """Write a private release of ``df`` to ``output`` (a path) or ``output_table="catalog.schema.table"``
-    with its manifest and ledger entry.
+_PERTURB_TEXT_SETTINGS = frozenset(perturb_text.__kwdefaults__)
+
+
+def release(
+    df: DataFrame,
+    output: str | None = None,
+    columns: list[str] | str | None = None,
+    epsilon: float | None = None,
+    *,
+    output_table: str | None = None,
+    table_format: str | None = None,
+    mode: Literal["error", "overwrite"] = "error",
+    partition: str | None = None,
+    allow_rerelease: bool = False,
+    input: str | None = None,  # noqa: A002 - the setting's name everywhere else (--input, YAML)
+    input_table: str | None = None,
+    partitions: int | None = None,
+    mechanism: Literal["mahalanobis", "laplace"] = "mahalanobis",
+    lam: float | None = None,
+    vocab_size: int = 50_000,
+    vocab_file: str | None = None,
+    vocab_from_corpus: bool = False,
+    embeddings: str = "glove-6b-50d",
+    embeddings_format: Literal["auto", "glove", "word2vec", "word2vec-binary", "fasttext", "npy", "parquet"] = "auto",
+    embeddings_words: str | None = None,
+    embeddings_dir: str | None = None,
+    nn: Literal["exact", "annoy"] = "exact",
+    annoy_trees: int = 50,
+    annoy_search_k: int = -1,
+    recall_queries: int = 2000,
+    oov: Literal["unk", "random", "drop", "keep"] = "unk",
+    oov_token: str = "[UNK]",
+    layout: Literal["single", "lines", "keep"] = "single",
+    keep_original: bool = False,
+    seed: int | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Write a private release of ``df`` to ``output`` (a path) or ``output_table``, with its
+    manifest and ledger entry; return the manifest.
 
     The same path as ``dpspark perturb``: refuses an output overlapping the input or an
-    existing non-dpspark output, refuses re-releases unless ``allow_rerelease=True``,
-    commits atomically. Settings are PerturbConfig fields. Returns the manifest.
+    existing non-dpspark output, refuses records released before unless
+    ``allow_rerelease=True``, and commits atomically. The settings are those of
+    ``dpspark.config.PerturbConfig`` and are checked by it.
+
+    Args:
+        df: the input DataFrame (bounded: a stream is refused).
+        output: the output directory (or give ``output_table``).
+        columns: the text column(s) to perturb (a list, or one comma-separated string).
+        epsilon: the privacy parameter ε (required: no default).
+        output_table: an output table (``catalog.schema.table``) instead of ``output``; its
+            ledger is the table ``<name>__dpspark_ledger`` beside it.
+        table_format: the format of a new output table (default: the session's).
+        mode: ``"error"`` (default) refuses an existing output; ``"overwrite"`` replaces
+            an earlier dpspark release, never anything else.
+        partition: ETL: release one input partition (``"date=2026-11-21"``) into the same
+            partition of the output; the input is then read from ``input``.
+        allow_rerelease: release records again on purpose (spends privacy again; recorded
+            in the ledger).
+        input: where ``df``'s rows were read from, when its plan cannot tell (the output
+            must stay clear of it).
+        input_table: an input table (``catalog.schema.table``), read instead of ``df``.
+        partitions: tasks to read the input with (smaller read splits).
+        mechanism: ``"mahalanobis"`` (default) or ``"laplace"``.
+        lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1); Laplace is λ = 0.
+        vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
+        vocab_file: a public word list (one per line) as the output vocabulary instead.
+        vocab_from_corpus: derive the vocabulary from the input (publishes its frequent
+            words; warns).
+        embeddings: ``"glove-6b-50d"`` (default) or the path of an embedding file.
+        embeddings_format: the file's format (``"auto"``: from its name).
+        embeddings_words: the word list of a ``.npy`` embedding.
+        embeddings_dir: a directory every executor reads at the same path (a volume,
+            /dbfs, NFS): a user embedding is stored there once instead of shipped per job.
+        nn: nearest-neighbour search, ``"exact"`` (default) or ``"annoy"`` (approximate).
+        annoy_trees: annoy's number of trees.
+        annoy_search_k: annoy's search_k (-1: annoy's default).
+        recall_queries: noisy queries that measure annoy's recall.
+        oov: out-of-vocabulary policy: ``"unk"``, ``"random"``, ``"drop"`` or ``"keep"``.
+        oov_token: the placeholder of the ``unk`` policy.
+        layout: ``"single"`` (tokens joined by single spaces); ``"lines"`` and ``"keep"``
+            publish the input's line breaks or whitespace (outside the guarantee; warns).
+        keep_original: also write the raw text as ``COL_original`` (NOT private; warns,
+            and the manifest says so).
+        seed: a fixed seed, for tests and experiments only (warns).
+        **settings: the same settings spelled as in YAML (``**{"lambda": 0.5}``).
+
+    Returns:
+        The release's manifest (also written to the output as ``_dpspark_manifest.json``).
+
+    Raises:
+        ConfigError: a setting is invalid, or the output overlaps the input (exit code 2).
+        OutputExistsError: the output exists and is not an earlier dpspark release.
+        ReleaseRefusedError: the records were released before (pass ``allow_rerelease``).
     """
     from dpspark.spark.perturb import release as _release
 
-    return _release(df, output=output, columns=columns, epsilon=epsilon, **settings)
+    chosen = _given({k: v for k, v in locals().items() if k in _RELEASE_SETTINGS})
+    return _release(df, output=output, columns=columns, epsilon=epsilon, **chosen, **settings)
+
+
+_RELEASE_SETTINGS = frozenset(release.__kwdefaults__)
 
 
 def privacy_stats(output, epsilons, lambdas, runs=100, **settings):  # noqa: ANN001, ANN201
@@ -145,3 +305,8 @@ __all__ = [
     "release_vectors",
     *_LAZY,
 ]
+
+
+def __dir__() -> list[str]:
+    """The public API only (PEP 562): not the helpers this module imports for itself."""
+    return sorted(__all__)
