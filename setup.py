@@ -1,13 +1,35 @@
 """dpspark: metric differential privacy for text datasets on Spark."""
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="dpspark",
     version="0.1.0",
     description="Private text perturbation (metric differential privacy) for Parquet datasets on Spark",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
+    author="The dpspark authors",
+    license_expression="Apache-2.0",
+    license_files=["LICENSE"],
+    keywords=["differential privacy", "metric differential privacy", "spark", "pyspark", "text", "databricks"],
+    # No project_urls: the project has no public home page, repository or issue tracker address yet.
+    classifiers=[
+        "Development Status :: 4 - Beta",
+        "Intended Audience :: Developers",
+        "Intended Audience :: Science/Research",
+        "Operating System :: POSIX :: Linux",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Topic :: Security",
+        "Topic :: Scientific/Engineering :: Information Analysis",
+        "Topic :: Text Processing :: Linguistic",
+        "Typing :: Typed",
+    ],
     python_requires=">=3.10",
     packages=find_packages(include=["dpspark", "dpspark.*"]),
     package_data={"dpspark": ["py.typed"], "dpspark.spark": ["log4j2-local.properties"]},
@@ -39,6 +61,8 @@ setup(
         "test": ["pytest>=7", "scipy>=1.9", "ruff>=0.5", "annoy>=1.17", "venv-pack>=0.2"],
         # dpspark evaluate-vectors: the linear-classifier experiment (VADER lexicon, logistic regression).
         "eval": ["scikit-learn>=1.1", "vaderSentiment>=3.3"],
+        # make docs: the API reference pages (docs/, mkdocs.yml) built from the docstrings.
+        "docs": ["mkdocs>=1.6,<2", "mkdocstrings-python>=2,<3"],
     },
     entry_points={"console_scripts": ["dpspark=dpspark.cli:main"]},
 )
