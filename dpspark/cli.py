@@ -1,15 +1,15 @@
 """The ``dpspark`` command. Flags override the YAML file given with --config.
 
 Every subcommand's flags are derived from its configuration model (``dpspark.config``):
-one ``--flag-name`` per field, the field's description as help, so the CLI, the YAML
-files, the notebooks and the Python API accept exactly the same settings.
+one ``--flag-name`` per field, the field's description as help, grouped for ``--help`` by
+the tables at the end of ``dpspark.config`` (required settings first), so the CLI, the YAML
+files, the notebooks and the Python API accept exactly the same settings. Switches are plain
+``--flag``; choices show as ``{a,b}``; no flag may be abbreviated.
 
-Exit codes: 0 success; 1 unexpected failure; 2 invalid configuration (an output that
-overlaps the input included); 3 bad input data; 4 unusable embeddings; 5 output
-refused (exists with --mode error, is not an earlier dpspark release, or cannot be
-written); 6 calibrate: no ε (with utility / risk bounds: no (ε, λ)) of the grid meets
-the bounds; 7 the records were already released (pass --allow-rerelease to spend
-privacy again on purpose); 8 the output's release ledger is damaged.
+Exit codes (every command's ``--help`` lists them, read from ``dpspark.errors``): 0 success;
+1 unexpected failure; each ``DPSparkError`` class its own ``exit_code``; 6 ``calibrate``: nothing
+of the grid meets the bounds. Results (tables, the output's path and public counts) go to stdout
+even under ``--quiet``, which silences logs, warnings and progress.
 """
 
 from __future__ import annotations
@@ -51,71 +51,336 @@ COMMANDS = {
         "PrivEmb (M2) against M1: distance, inner-product and linear-classifier utility (paper §5)",
     ),
 }
+DOCTOR_HELP = "check this machine: Java, pyspark, the default embedding, Python, BLAS threads"
+
+# Two examples per command, shown at the end of its --help (each parses with that command's flags).
+EXAMPLES = {
+    "perturb": (
+        "dpspark perturb --input examples/reviews.parquet --output out/reviews_private --columns text,title "
+        "--epsilon 10",
+        "dpspark perturb --input-table main.raw.events --output-table main.shared.events --columns text "
+        "--epsilon 10 --partition date=2026-11-21",
+    ),
+    "release-vectors": (
+        "dpspark release-vectors --input embeddings.parquet --output out/private_vectors --column vec --epsilon 5",
+        "dpspark release-vectors --input reviews.parquet --output out/review_vectors --column text --epsilon 5 "
+        "--mechanism m1",
+    ),
+    "privacy-stats": (
+        "dpspark privacy-stats --output out/privacy_stats",
+        "dpspark privacy-stats --epsilons 1,5,10,20 --lambdas 0,1 --runs 100 --words 500 --output out/privacy_stats",
+    ),
+    "calibrate": (
+        "dpspark calibrate --stats out/privacy_stats --max-nw-fraction 0.5 --min-sw 20",
+        "dpspark calibrate --utility out/utility --risk out/risk --max-utility-loss 0.02 "
+        "--max-reidentification 0.2 --output out/calibration",
+    ),
+    "embedding-report": (
+        "dpspark embedding-report --output out/embedding_report",
+        "dpspark embedding-report --vocab-size 20000 --lambda 0.5 --output out/embedding_report",
+    ),
+    "evaluate-utility": (
+        "dpspark evaluate-utility --input out/sms_spam.parquet --text-column text --label-column label "
+        "--output out/utility",
+        "dpspark evaluate-utility --input out/sms_spam.parquet --text-column text --label-column label "
+        "--mode train-time --epsilons 1,5,20 --output out/utility --overwrite",
+    ),
+    "privacy-risk": (
+        "dpspark privacy-risk --input out/sms_spam.parquet --text-column text --output out/risk",
+        "dpspark privacy-risk --input out/sms_spam.parquet --text-column text --runs 20 "
+        "--sensitive-words names.txt --output out/risk",
+    ),
+    "evaluate-vectors": (
+        "dpspark evaluate-vectors --output out/evaluate_vectors",
+        "dpspark evaluate-vectors --skip-classifier --pairs 50 --output out/evaluate_vectors",
+    ),
+    "doctor": ("dpspark doctor",),
+}
+RELEASES = ("perturb", "release-vectors")  # the commands that write a ledger (exit codes 7 and 8)
+REQUIRED_TITLE = "required (as flags or in --config FILE)"
+GENERAL_TITLE = "general"
+OTHER_TITLE = "other settings"
+WIDTH = 100
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes"):
-        return True
-    if text.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+def _plain(annotation: Any) -> Any:
+    """The annotation without Optional."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
 
 
 def _scalar_type(annotation: Any) -> Any:
     """int, float, bool or str for a field's annotation (Optional unwrapped; lists come as text)."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType) and len(args) == 1:
-        return _scalar_type(args[0])
+    annotation = _plain(annotation)
     for kind in (bool, int, float):  # bool first: it is an int; constrained ints/floats are subclasses
         if isinstance(annotation, type) and issubclass(annotation, kind):
             return kind
     return str
 
 
+def _choices(annotation: Any) -> tuple[str, ...] | None:
+    """The values of a Literal field (shown as {a,b}; pydantic still checks them)."""
+    annotation = _plain(annotation)
+    return typing.get_args(annotation) if typing.get_origin(annotation) is typing.Literal else None
+
+
 def flag_name(field: str, alias: str | None) -> str:
     return "--" + (alias or field).replace("_", "-")
 
 
+def _metavar(name: str, alias: str | None, annotation: Any) -> str | None:
+    from dpspark.config import HELP_METAVARS
+
+    kind, choices = _scalar_type(annotation), _choices(annotation)
+    if kind is bool:
+        return None
+    if choices:
+        return "{" + ",".join(choices) + "}"
+    if name in HELP_METAVARS:
+        return HELP_METAVARS[name]
+    return {int: "N", float: "X"}.get(kind, (alias or name).upper())
+
+
+def help_layout(model: Any) -> list[tuple[str, list[str]]]:
+    """(group title, field names) in the order ``--help`` lists them: the required settings first,
+    then the groups of ``dpspark.config.HELP_GROUPS`` (empty ones left out), ``--quiet`` last.
+    Fields in ``HELP_HIDDEN`` are accepted but not listed; a field no table names lands in
+    OTHER_TITLE (a unit test keeps that group empty)."""
+    from dpspark import config
+
+    key = model.__name__
+    fields = list(model.fields())
+    hidden = set(config.HELP_HIDDEN.get(key, ()))
+    required = [n for choice in config.HELP_REQUIRED.get(key, ()) for n in choice]
+    group_of = {f: g for g, names in config.HELP_GROUPS.items() for f in names}
+    group_of.update(config.HELP_GROUP_OF.get(key, {}))
+    titles = config.HELP_TITLES.get(key, {})
+    listed = [f for f in fields if f not in hidden and f not in required]
+    layout = [(REQUIRED_TITLE, required)] if required else []
+    for group, order in config.HELP_GROUPS.items():
+        ranked = [*order, *(f for f in fields if f not in order)]  # moved here by HELP_GROUP_OF: after
+        members = [f for f in ranked if f in listed and group_of.get(f) == group]
+        if members:
+            layout.append((GENERAL_TITLE if group == "output control" else titles.get(group, group), members))
+    others = [f for f in listed if f not in group_of]
+    if others:
+        layout.append((OTHER_TITLE, others))
+    return layout
+
+
+def _alternatives(model: Any) -> dict[str, list[str]]:
+    """Each required field that is one of a choice → the flags of the others."""
+    from dpspark import config
+
+    fields = model.fields()
+    out = {}
+    for choice in config.HELP_REQUIRED.get(model.__name__, ()):
+        for name in choice:
+            out[name] = [flag_name(o, fields[o][0]) for o in choice if o != name]
+    return out
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, model: Any) -> None:
-    """One flag per field of ``model`` (``--vocab-size`` for vocab_size, ``--lambda`` for lam)."""
-    for name, (alias, annotation, description) in model.fields().items():
-        kind = _scalar_type(annotation)
-        dest = alias or name
-        flag = flag_name(name, alias)
+    """One flag per field of ``model`` (``--vocab-size`` for vocab_size, ``--lambda`` for lam),
+    in the groups of ``help_layout``; booleans are switches (``--quiet``), Literals show their
+    choices. Values are checked by the model (pydantic), not by argparse."""
+    fields = model.fields()
+    others = _alternatives(model)
+    layout = help_layout(model)
+    groups = {title: parser.add_argument_group(title) for title, _ in layout}
+    groups.setdefault(GENERAL_TITLE, parser.add_argument_group(GENERAL_TITLE))
+    listed = [(groups[title], name) for title, names in layout for name in names]
+    hidden = [(parser, name) for name in fields if name not in {n for _, n in listed}]
+    for target, name in [*listed, *hidden]:
+        alias, annotation, description = fields[name]
+        help_text = description if target is not parser else argparse.SUPPRESS
+        unsaid = [flag for flag in others.get(name, ()) if flag not in description]
+        if unsaid and target is not parser:
+            help_text += f" (or {' or '.join(unsaid)})"
+        flag, dest, kind = flag_name(name, alias), alias or name, _scalar_type(annotation)
         if kind is bool:
-            parser.add_argument(flag, dest=dest, type=_bool, nargs="?", const=True, help=description)
+            target.add_argument(flag, dest=dest, action="store_true", help=help_text)
         else:
-            parser.add_argument(flag, dest=dest, type=kind, help=description)
+            target.add_argument(flag, dest=dest, type=kind, metavar=_metavar(name, alias, annotation), help=help_text)
+    general = groups[GENERAL_TITLE]
+    general.add_argument("--config", metavar="FILE.yaml", help="YAML file with any of these settings (flags win)")
+    general.add_argument("-h", "--help", action="help", help="show this help and exit")
+
+
+def _units(model: Any) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """The synopsis of a command: its required units, and (group, optional units) per group."""
+    fields = model.fields()
+
+    def unit(name: str) -> str:
+        alias, annotation, _ = fields[name]
+        metavar = _metavar(name, alias, annotation)
+        return flag_name(name, alias) + (f" {metavar}" if metavar else "")
+
+    from dpspark import config
+
+    required = [
+        unit(choice[0]) if len(choice) == 1 else "(" + " | ".join(unit(n) for n in choice) + ")"
+        for choice in config.HELP_REQUIRED.get(model.__name__, ())
+    ]
+    groups = [
+        (title, [f"[{unit(n)}]" for n in names]) for title, names in help_layout(model) if title != REQUIRED_TITLE
+    ]
+    for i, (title, units) in enumerate(groups):
+        if title == GENERAL_TITLE:
+            groups[i] = (title, [*units, "[--config FILE.yaml]", "[-h]"])
+    return required, groups
+
+
+def _wrap(units: list[str], first: str, indent: str, width: int = WIDTH) -> list[str]:
+    """``units`` (never split) after ``first``, wrapped at ``width`` with ``indent``."""
+    lines, line = [], first.rstrip()
+    for u in units:
+        if line.strip() and len(line) + 1 + len(u) > width:
+            lines.append(line)
+            line = indent + u
+        else:
+            line = f"{line} {u}" if line.strip() else line + u
+    return [*lines, line]
+
+
+def usage(command: str) -> str:
+    from dpspark import config
+
+    required, _ = _units(getattr(config, COMMANDS[command][0]))
+    return "\n".join(_wrap([*required, "[options]"], f"dpspark {command}", "    ", WIDTH - 7))
+
+
+def synopsis(command: str) -> str:
+    """Every flag of ``command``: its required ones, then each group's (README's "All flags")."""
+    from dpspark import config
+
+    required, groups = _units(getattr(config, COMMANDS[command][0]))
+    lines = _wrap(required, f"dpspark {command}", "    ")
+    for title, units in groups:
+        lines += [f"  # {title}", *_wrap(units, "   ", "    ")]
+    return "\n".join(lines)
+
+
+def readme_flags() -> str:
+    """The README's "All flags" block (a unit test keeps the two equal)."""
+    return "\n".join([synopsis("perturb"), "dpspark doctor", "dpspark --version"])
+
+
+def exit_codes(command: str) -> list[tuple[int, str]]:
+    """(code, meaning) of ``command``'s exit codes: each ``dpspark.errors`` class that sets its own
+    ``exit_code``, described by its docstring; 6 for calibrate; 7 and 8 for the releases."""
+    from dpspark import errors
+
+    if command == "doctor":
+        return [(0, "every check passed"), (1, "a check failed: its line says what to fix")]
+    codes = [(0, "success"), (1, "unexpected failure (with a traceback)")]
+    release_only = (errors.ReleaseRefusedError, errors.LedgerError)
+    for cls in vars(errors).values():
+        if not (isinstance(cls, type) and issubclass(cls, errors.DPSparkError) and "exit_code" in vars(cls)):
+            continue
+        if cls.exit_code == 1 or (issubclass(cls, release_only) and command not in RELEASES):
+            continue
+        doc = " ".join((cls.__doc__ or cls.__name__).split("\n\n")[0].split()).replace("``", "")
+        codes.append((cls.exit_code, f"{cls.__name__}: {doc}"))
+    if command == "calibrate":
+        codes.append(
+            (
+                NO_EPSILON_MEETS_BOUNDS,
+                "nothing meets the bounds: no ε of the grid (with utility / risk bounds: no (ε, λ))",
+            )
+        )
+    return sorted(codes)
+
+
+def epilog(command: str) -> str:
+    import textwrap
+
+    lines = ["examples:", *(f"  {e}" for e in EXAMPLES[command]), "", "exit codes:"]
+    for code, text in exit_codes(command):
+        lines += textwrap.wrap(text, WIDTH - 6, initial_indent=f"  {code}  ", subsequent_indent="     ")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from dpspark import __version__, config
 
-    parser = argparse.ArgumentParser(prog="dpspark", description="Metric differential privacy for text on Spark.")
+    parser = argparse.ArgumentParser(
+        prog="dpspark",
+        description="Metric differential privacy for text on Spark.",
+        epilog="First time here? dpspark doctor checks the machine; dpspark COMMAND --help lists a command's "
+        "flags, the required ones first.",
+        allow_abbrev=False,
+    )
     parser.add_argument("--version", action="version", version=f"dpspark {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command, (model, help_text) in COMMANDS.items():
-        p = sub.add_parser(command, help=help_text, argument_default=argparse.SUPPRESS, description=help_text)
-        p.add_argument("--config", help="YAML file with any of these settings (flags win)")
+        p = sub.add_parser(
+            command,
+            help=help_text,
+            description=help_text,
+            usage=usage(command),
+            epilog=epilog(command),
+            argument_default=argparse.SUPPRESS,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
+            add_help=False,
+        )
         add_model_arguments(p, getattr(config, model))
+    sub.add_parser(
+        "doctor",
+        help=DOCTOR_HELP,
+        description=DOCTOR_HELP + ". One line per check, OK or what to fix; exit 0 when every check passes, "
+        "1 when one fails.",
+        epilog=epilog("doctor"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
     return parser
 
 
-def _print(obj: Any, quiet: bool) -> None:
-    if not quiet:
-        print(obj if isinstance(obj, str) else json.dumps(obj, indent=2, ensure_ascii=False))
+def parse_args(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command and its flags; an unknown flag is refused by the command's own parser, with the
+    closest flags it has (no flag is abbreviated: ``calibrate --epsilon`` is not ``--epsilons``)."""
+    import difflib
+
+    parser = build_parser()
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        command = sub[namespace.command]
+        flags = [f for a in command._actions if a.help != argparse.SUPPRESS for f in a.option_strings]
+        close = difflib.get_close_matches(next((u for u in unknown if u.startswith("-")), ""), flags, n=3)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}; see dpspark {namespace.command} --help")
+    return vars(namespace)
+
+
+def _print(obj: Any) -> None:
+    """A command's result, on stdout whether or not --quiet (which silences logs and progress)."""
+    print(obj if isinstance(obj, str) else json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def _released(command: str, m: dict) -> str:
+    """One line naming a release and its public counts (what --quiet prints of a release)."""
+    where = m["output"] + (f" (partition {m['partition']})" if m.get("partition") else "")
+    counts = ", ".join(f"{v:,} {k}" for k, v in m["counts"].items())
+    return f"dpspark {command}: released {where}: {counts}; manifest and ledger beside it"
 
 
 def _cmd_perturb(c: Any) -> int:
     from dpspark.spark.perturb import run_perturb
 
     m = run_perturb(c)
+    if c.quiet:
+        _print(_released("perturb", m))
+        return 0
     keys = ("status", "output", "partition", "mechanism", "epsilon", "lambda", "euclidean_epsilon_bound", "layout")
     summary = {k: m[k] for k in keys}
     summary["recall_at_1"] = m["nearest_neighbour"]["recall_at_1"]
     summary.update(counts=m["counts"], ledger=m["ledger"], timings=m["timings"])
-    _print(summary, c.quiet)
+    _print(summary)
     return 0
 
 
@@ -123,8 +388,11 @@ def _cmd_release_vectors(c: Any) -> int:
     from dpspark.spark.vectors import run_release_vectors
 
     m = run_release_vectors(c)
+    if c.quiet:
+        _print(_released("release-vectors", m))
+        return 0
     keys = ("status", "output", "mechanism", "epsilon", "delta", "beta", "input_dimension", "output_dimension")
-    _print({**{k: m[k] for k in keys}, "counts": m["counts"], "timings": m["timings"]}, c.quiet)
+    _print({**{k: m[k] for k in keys}, "counts": m["counts"], "timings": m["timings"]})
     return 0
 
 
@@ -137,8 +405,7 @@ def _cmd_privacy_stats(c: Any) -> int:
     table = md.read_text(encoding="utf-8") if md.is_file() else ""
     _print(
         f"{table}{m['draws']:,} draws in {t['statistics_s']} s ({t['draws_per_s']:,.0f} draws/s); statistics, "
-        f"tables and plots in {c.output}",
-        c.quiet,
+        f"tables and plots in {c.output}"
     )
     return 0
 
@@ -178,6 +445,21 @@ def _report_table(
     return table
 
 
+def _check_min_sw(min_sw: float | None, runs: list[int], source: str) -> None:
+    """Refuse a --min-sw no statistic can meet: Sw counts the distinct outputs among a word's K runs,
+    so it is at most K (the flag keeps its meaning, an absolute count; --max-nw-fraction is a share)."""
+    from dpspark.errors import ConfigError
+
+    if min_sw is None or not runs or min_sw <= max(runs):
+        return
+    k = max(runs)
+    raise ConfigError(
+        f"min_sw {min_sw:g} can never be met: Sw counts the distinct words among the K = {k} runs of a word "
+        f"({source}), so it is at most {k}; give --min-sw {k} or less (Sw = K: every run a different word), "
+        f"or statistics with --runs {math.ceil(min_sw)} or more"
+    )
+
+
 def _cmd_calibrate(c: Any) -> int:
     from dpspark import report
     from dpspark.outputs import to_json
@@ -192,6 +474,7 @@ def _cmd_calibrate(c: Any) -> int:
         )
     stats_dir, computed = c.stats, False
     if bounds is not None and stats_dir is None:
+        _check_min_sw(c.min_sw, [c.runs], "--runs of the statistics computed here")
         from dpspark.config import StatsConfig
         from dpspark.spark.stats import run_privacy_stats
 
@@ -202,7 +485,9 @@ def _cmd_calibrate(c: Any) -> int:
     if bounds is not None:
         columns, finite = ("epsilon", "lambda", "nw", "sw", "runs"), ("epsilon", "lambda", "runs")
         per_word = _report_table(stats_dir, "per_word.parquet", "--stats", "privacy-stats", columns, finite)
-        result = calibrate(report.grid(per_word), bounds)
+        table = report.grid(per_word)
+        _check_min_sw(c.min_sw, [k for _, _, k in table.values()], f"the runs of the statistics in {stats_dir}")
+        result = calibrate(table, bounds)
         text = f"{'worst case' if bounds.percentile == 100 else f'{bounds.percentile:g}th percentile'}: " + ", ".join(
             t
             for t in (
@@ -216,7 +501,7 @@ def _cmd_calibrate(c: Any) -> int:
     md = report.calibration_md(result, text)
     (Path(stats_dir) / "calibration.md").write_text(md, encoding="utf-8")
     (Path(stats_dir) / "calibration.json").write_text(to_json({"bounds": text, **result}), encoding="utf-8")
-    _print(md, c.quiet)
+    _print(md)
     if result["best"] is None:
         print("dpspark calibrate: no ε in range meets these bounds for any λ", file=sys.stderr)
         return NO_EPSILON_MEETS_BOUNDS
@@ -287,7 +572,7 @@ def _joint_calibrate(c: Any, nw_result: dict | None, nw_text: str, own_dir: str 
     else:
         with writing_into(c.output, c.mode == "overwrite", "calibration") as written:
             write(Path(c.output), written)
-    _print(md, c.quiet)
+    _print(md)
     if result["best"] is None:
         print("dpspark calibrate: no (ε, λ) of the grid meets these bounds", file=sys.stderr)
         return NO_EPSILON_MEETS_BOUNDS
@@ -303,8 +588,7 @@ def _cmd_evaluate_utility(c: Any) -> int:
     t = m["timings"]
     _print(
         f"{table}\n{t['grid_points']} grid points in {t['grid_s']} s ({t['per_grid_point_s']} s each); "
-        f"results, summary, plots and manifest in {c.output}",
-        c.quiet,
+        f"results, summary, plots and manifest in {c.output}"
     )
     return 0
 
@@ -315,7 +599,7 @@ def _cmd_privacy_risk(c: Any) -> int:
     m = run_privacy_risk(c)
     md = Path(c.output) / "summary.md"
     table = md.read_text(encoding="utf-8") if md.is_file() else ""
-    _print(f"{table}\n{m['draws']:,} draws in {m['timings']['risk_s']} s; tables and plots in {c.output}", c.quiet)
+    _print(f"{table}\n{m['draws']:,} draws in {m['timings']['risk_s']} s; tables and plots in {c.output}")
     return 0
 
 
@@ -326,7 +610,8 @@ def _cmd_evaluation(command: str, c: Any) -> int:
         from dpspark.errors import ConfigError
 
         raise ConfigError(f"{command} needs the eval extra: pip install 'dpspark[eval]' ({exc})") from None
-    return (embedding_report if command == "embedding-report" else privemb_eval).run(c)
+    # Their ``run`` prints the result unless quiet; here --quiet has already silenced logs and warnings.
+    return (embedding_report if command == "embedding-report" else privemb_eval).run(c.copy(update={"quiet": False}))
 
 
 def explain_failure(command: str, exc: Exception) -> int | None:
@@ -356,10 +641,14 @@ def main(argv: list[str] | None = None) -> int:
 
     kept = _blas.kept_kernel_note()
     _blas.prefer_fast_kernels()  # before numpy loads OpenBLAS (an explicit step of the command, not an import)
-    args = vars(build_parser().parse_args(argv))
+    args = parse_args(argv)
     command = args.pop("command")
-    quiet = bool(args.get("quiet", False)) and args.get("quiet") not in ("false", "0")
-    # --quiet prints nothing but errors: no log lines, no warnings (the manifest records the opt-ins).
+    if command == "doctor":
+        from dpspark import doctor
+
+        return doctor.main()
+    quiet = bool(args.get("quiet", False))
+    # --quiet silences logs, warnings and progress (the manifest records the opt-ins); results still print.
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("dpspark").setLevel(logging.ERROR if quiet else logging.INFO)
     if kept:
@@ -369,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model = getattr(config, COMMANDS[command][0])
         c = model.from_sources(args.pop("config", None), args)
+        if c.quiet:  # quiet: true in the --config file
+            logging.getLogger("dpspark").setLevel(logging.ERROR)
         with warnings.catch_warnings():
             if c.quiet:
                 warnings.simplefilter("ignore")

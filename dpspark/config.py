@@ -160,7 +160,11 @@ class OutputSettings(Settings):
         "(recognised by its manifest), never anything else",
     )
     seed: int | None = Field(default=None, description="fixed seed: tests and experiments only (warns)")
-    quiet: bool = Field(default=False, description="print nothing but errors")
+    quiet: bool = Field(
+        default=False,
+        description="silence logs, warnings and progress; results (tables, the output's path and public "
+        "counts) still go to stdout, errors to stderr",
+    )
 
     @after("seed")
     def _seed(cls, v: int | None) -> int | None:
@@ -424,9 +428,19 @@ class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSetting
 class CalibrateConfig(StatsConfig):
     """Settings of ``dpspark calibrate``: bounds, and the statistics to read (or compute first)."""
 
-    stats: str | None = Field(default=None, description="a privacy-stats output directory to read (else computed)")
-    max_nw_fraction: float | None = Field(default=None, gt=0, le=1, description="bound: Nw <= fraction*K (0.5)")
-    min_sw: float | None = Field(default=None, ge=1, description="bound: Sw >= this")
+    stats: str | None = Field(
+        default=None,
+        description="a privacy-stats output directory to read (without it the statistics are computed into --output)",
+    )
+    max_nw_fraction: float | None = Field(
+        default=None, gt=0, le=1, description="bound: Nw <= fraction·K, a fraction of the K runs (0.5)"
+    )
+    min_sw: float | None = Field(
+        default=None,
+        ge=1,
+        description="bound: Sw >= this count of distinct outputs among the K runs (so at most K; a bound above "
+        "the statistics' K is refused)",
+    )
     percentile: float = Field(default=100.0, gt=0, le=100, description="100 (default) = worst case; e.g. 95")
     utility: str | None = Field(default=None, description="an evaluate-utility output directory (utility bound)")
     risk: str | None = Field(default=None, description="a privacy-risk output directory (re-identification bound)")
@@ -498,10 +512,15 @@ class EvaluateUtilityConfig(CorpusGridSettings):
     label_column: str = Field(default="", description="the label column (string, integer or boolean; 2+ classes)")
     mode: Literal["train-time", "test-time", "both"] = Field(  # type: ignore[assignment]
         default="both",
-        description="train-time (train on perturbed, test on plain), test-time (train on plain, test on "
-        "perturbed) or both (default)",
+        description="the evaluation mode here (not the write mode): train-time (train on perturbed, test on "
+        "plain), test-time (train on plain, test on perturbed) or both (default); to replace an earlier output "
+        "use --overwrite",
     )
-    overwrite: bool = Field(default=False, description="replace an earlier evaluate-utility output at --output")
+    overwrite: bool = Field(
+        default=False,
+        description="replace an earlier evaluate-utility output at --output (this command's write mode: its "
+        "--mode is the evaluation mode)",
+    )
     repeats: int = Field(default=3, ge=1, description="R: independent perturbations per (ε, λ) (3)")
     model: Literal["tfidf-logreg", "embedding-logreg"] = Field(
         default="tfidf-logreg",
@@ -586,6 +605,147 @@ class EvaluateVectorsConfig(OutputSettings):
     @after("betas")
     def _betas(cls, v: list[float]) -> list[float]:
         return sorted(params.check_beta(b) for b in v)
+
+
+# --- How ``dpspark COMMAND --help`` lists these settings (help only: no validation here) -------
+# The CLI (``dpspark.cli``) builds every command's flags from its model and groups them with these
+# tables: the required settings first, then one group per concern, each group in the order given.
+
+HELP_GROUPS: dict[str, tuple[str, ...]] = {
+    # group title -> its fields, in the order they are listed
+    "input and output": (
+        "input",
+        "input_table",
+        "output",
+        "output_table",
+        "stats",
+        "utility",
+        "risk",
+        "table_format",
+        "partition",
+        "allow_rerelease",
+        "mode",
+        "overwrite",
+    ),
+    "text": ("columns", "column", "text_column", "label_column", "oov", "oov_token", "layout", "keep_original"),
+    "mechanism": ("epsilon", "mechanism", "lam", "delta", "beta", "dim", "seed"),
+    "bounds": (
+        "max_nw_fraction",
+        "min_sw",
+        "percentile",
+        "max_utility_loss",
+        "utility_metric",
+        "max_reidentification",
+    ),
+    "grid and words measured": (
+        "epsilons",
+        "lambdas",
+        "runs",
+        "words",
+        "words_seed",
+        "word_list",
+        "corpus",
+        "sensitive_words",
+        "max_words",
+        "words_per_task",
+        "runs_per_task",
+    ),
+    "evaluation": (
+        "repeats",
+        "model",
+        "test_fraction",
+        "split_seed",
+        "sample",
+        "betas",
+        "class_epsilons",
+        "class_beta",
+        "pairs",
+        "skip_classifier",
+    ),
+    "embedding and vocabulary": (
+        "embeddings",
+        "embeddings_format",
+        "embeddings_words",
+        "embeddings_dir",
+        "vocab_size",
+        "vocab_file",
+        "vocab_from_corpus",
+    ),
+    "nearest-neighbour search": ("nn", "annoy_trees", "annoy_search_k", "recall_queries"),
+    "Spark": ("master", "remote", "partitions", "batch_rows"),
+    "output control": ("quiet",),
+}
+
+# Per command: the group a field is listed under where it differs from HELP_GROUPS.
+_EXPERIMENT = dict.fromkeys(("epsilons", "runs", "delta", "seed"), "evaluation")
+HELP_GROUP_OF: dict[str, dict[str, str]] = {
+    "EvaluateUtilityConfig": {"mode": "evaluation"},
+    "EmbeddingReportConfig": {"lam": "evaluation", "seed": "evaluation"},
+    "EvaluateVectorsConfig": _EXPERIMENT,
+    "StatsConfig": {"seed": "grid and words measured", "columns": "grid and words measured"},
+    "CalibrateConfig": {"seed": "grid and words measured", "columns": "grid and words measured"},
+}
+
+# Per command: group titles that say more there than the shared ones.
+_COMPUTED = " (only without --stats)"
+HELP_TITLES: dict[str, dict[str, str]] = {
+    "CalibrateConfig": {
+        "grid and words measured": "statistics to compute first, as privacy-stats does" + _COMPUTED,
+        "embedding and vocabulary": "embedding and vocabulary" + _COMPUTED,
+        "nearest-neighbour search": "nearest-neighbour search" + _COMPUTED,
+        "Spark": "Spark" + _COMPUTED,
+    },
+    "EvaluateVectorsConfig": {"evaluation": "experiment (seeded, on public words)"},
+    "EmbeddingReportConfig": {"evaluation": "report"},
+}
+
+# Per command: the settings it cannot run without (given as flags or in --config); a tuple of
+# several names is a choice of one of them.
+HELP_REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
+    "PerturbConfig": (("input", "input_table"), ("output", "output_table"), ("columns",), ("epsilon",)),
+    "VectorsConfig": (("input", "input_table"), ("output", "output_table"), ("column",), ("epsilon",)),
+    "StatsConfig": (("output",),),
+    "CalibrateConfig": (("stats", "output"),),
+    "EmbeddingReportConfig": (("output",),),
+    "EvaluateUtilityConfig": (("input",), ("text_column",), ("label_column",), ("output",)),
+    "RiskConfig": (("input",), ("text_column",), ("output",)),
+    "EvaluateVectorsConfig": (("output",),),
+}
+
+# Per command: settings it accepts (one model family) but does not use: kept out of its help.
+HELP_HIDDEN: dict[str, tuple[str, ...]] = {"EmbeddingReportConfig": ("embeddings_dir",)}
+
+# The placeholder of a flag's value in the help (choices show as {a,b}; numbers as N or X).
+HELP_METAVARS: dict[str, str] = {
+    "input": "PATH",
+    "output": "PATH",
+    "corpus": "PATH",
+    "input_table": "TABLE",
+    "output_table": "TABLE",
+    "table_format": "FORMAT",
+    "partition": "KEY=VALUE[/KEY=VALUE]",
+    "master": "URL",
+    "remote": "sc://HOST:PORT",
+    "embeddings": f"{DEFAULT_EMBEDDINGS}|PATH",
+    "embeddings_words": "FILE",
+    "embeddings_dir": "DIR",
+    "vocab_file": "FILE",
+    "word_list": "FILE",
+    "sensitive_words": "FILE",
+    "stats": "DIR",
+    "utility": "DIR",
+    "risk": "DIR",
+    "oov_token": "TOKEN",
+    "columns": "COL[,COL...]",
+    "column": "COL",
+    "text_column": "COL",
+    "label_column": "COL",
+    "utility_metric": "METRIC",
+    "epsilons": "X[,X...]",
+    "lambdas": "X[,X...]",
+    "betas": "X[,X...]",
+    "class_epsilons": "X[,X...]",
+}
 
 
 def _short(value: Any, limit: int = 80) -> str:
