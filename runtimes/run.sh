@@ -59,10 +59,11 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
         marks="not cluster"
         [ "$name" = "$NEWEST" ] && marks=""
         # pyspark 3.5's wheel has no Spark Connect server (its jar comes from Maven): the
-        # Connect tests then run this runtime's client against the checkout's newer server.
+        # Connect tests then run this runtime's client against the checkout's newer server
+        # (the checkout's venv: DPSPARK_VENV, which make sets from its VENV; .venv by default).
         connect_home=
         if ! ls "$venv"/lib/python*/site-packages/pyspark/jars/spark-connect_*.jar >/dev/null 2>&1; then
-            connect_home=$("$ROOT/.venv/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+            connect_home=$("${DPSPARK_VENV:-$ROOT/.venv}/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
         fi
         # Tests import the installed wheel (not the checkout) from a directory of their own outside the
         # repo (runtimes run side by side: nothing either writes to its working directory is shared).
