@@ -26,6 +26,10 @@ from dpspark.errors import ConfigError, LedgerError, ReleaseRefusedError
 
 LEDGER_DIR = "_dpspark_ledger"
 ENTRY_KEYS = ("run_id", "partition", "epsilon", "mechanism", "finished_at", "rerelease")
+# The ledger entry format's major version (CHANGELOG.md, "Formats"): within a major version fields are
+# only added, never removed or renamed, and a reader ignores the fields it does not know. An entry
+# without a "format_version" field is version 1.
+FORMAT_VERSION = 1
 
 
 def parse_spec(spec: str | None) -> dict[str, str] | None:
