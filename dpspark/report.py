@@ -86,6 +86,17 @@ def _subplots(rows: int, cols: int, figsize: tuple[float, float], **kw):  # noqa
     return fig, fig.subplots(rows, cols, squeeze=False, **kw)
 
 
+def legend_below(fig, handles: list, labels: list[str], title: str | None = None):  # noqa: ANN001, ANN201
+    """One legend for the whole figure, centred below its panels. Save the figure with
+    ``bbox_inches="tight"``: before matplotlib 3.7 (no "outside" locations) the legend hangs
+    below the figure's edge and only the tight box keeps it."""
+    kw = {"ncol": max(1, len(labels)), "title": title}
+    try:
+        return fig.legend(handles, labels, loc="outside lower center", **kw)
+    except ValueError:  # matplotlib < 3.7
+        return fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), **kw)
+
+
 def about(k: int, words: int, vocab_size: int | None = None, embedding: str | None = None) -> str:
     """The line every privacy figure carries: K, the words measured, the vocabulary and the embedding."""
     text = f"K = {k} runs of each of {words} words"
@@ -135,7 +146,7 @@ def percentiles_figure(table: pa.Table, vocab_size: int | None = None, embedding
             ax.set_title(f"{name}, {p}th percentile over words")
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(lams), title="λ (0: Laplace)")
+    legend_below(fig, handles, labels, "λ (0: Laplace)")
     fig.suptitle(
         f"Nw and Sw percentiles against ε\n{about(k, words, vocab_size, embedding)}\n"
         "Smaller Nw and larger Sw: more plausible deniability"
@@ -177,7 +188,7 @@ def histograms_figure(table: pa.Table, vocab_size: int | None = None, embedding:
             ax.set_title(f"{name} at ε = {e:g}")
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(lams), title="λ (0: Laplace)")
+    legend_below(fig, handles, labels, "λ (0: Laplace)")
     fig.suptitle(f"Distribution of Nw and Sw over words\n{about(k, words, vocab_size, embedding)}")
     return fig
 
@@ -188,8 +199,8 @@ def write_plots(
     """percentiles.png (Nw and Sw percentiles vs ε per λ) and histograms.png (per ε, per λ).
 
     ``vocab_size`` and ``embedding`` (its name) go into the titles when given."""
-    percentiles_figure(table, vocab_size, embedding).savefig(out_dir / "percentiles.png", dpi=110)
-    histograms_figure(table, vocab_size, embedding).savefig(out_dir / "histograms.png", dpi=110)
+    percentiles_figure(table, vocab_size, embedding).savefig(out_dir / "percentiles.png", dpi=110, bbox_inches="tight")
+    histograms_figure(table, vocab_size, embedding).savefig(out_dir / "histograms.png", dpi=110, bbox_inches="tight")
     return ["percentiles.png", "histograms.png"]
 
 

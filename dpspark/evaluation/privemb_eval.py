@@ -630,6 +630,8 @@ def _figure(  # noqa: ANN202
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
+    from dpspark.report import legend_below
+
     dims = list(approx.m)
     fig = Figure(figsize=(4.4 * len(epsilons) + 0.5, 3.8 * len(dims) + 1.0), layout="constrained")
     FigureCanvasAgg(fig)
@@ -655,12 +657,7 @@ def _figure(  # noqa: ANN202
             ax.grid(True, axis="y", alpha=0.3)
             ax.tick_params(labelleft=True)  # every panel keeps its scale when shared
             ax.set_ylabel(f"{METRIC_TITLES[metric]} per pair", fontsize=8)
-    fig.legend(
-        handles=[Patch(facecolor=colors["M1"], label="M1 (no β; same at every β)"), Patch(facecolor="C0", label="M2")],
-        fontsize=8,
-        loc="outside lower center",
-        ncols=2,
-    )
+    legend_below(fig, [Patch(facecolor=colors["M1"]), Patch(facecolor="C0")], ["M1 (no β; same at every β)", "M2"])
     n = math.isqrt(next(iter(approx.errors.values())).size)
     source = f"{embedding}, " if embedding else ""
     fig.suptitle(
@@ -679,7 +676,7 @@ def _plot(
     path: Path,
     embedding: str | None = None,
 ) -> None:
-    _figure(approx, metric, epsilons, betas, embedding).savefig(path, dpi=100)
+    _figure(approx, metric, epsilons, betas, embedding).savefig(path, dpi=100, bbox_inches="tight")
 
 
 def write_outputs(ev: Evaluation, out_dir: str | Path, overwrite: bool = False) -> list[Path]:
