@@ -140,7 +140,7 @@ def _metavar(name: str, alias: str | None, annotation: Any) -> str | None:
         return "{" + ",".join(choices) + "}"
     if name in HELP_METAVARS:
         return HELP_METAVARS[name]
-    return {int: "N", float: "X"}.get(kind, (alias or name).upper())
+    return {int: "N", float: "FLOAT"}.get(kind, (alias or name).upper())
 
 
 def help_layout(model: Any) -> list[tuple[str, list[str]]]:
@@ -234,14 +234,15 @@ def _units(model: Any) -> tuple[list[str], list[tuple[str, list[str]]]]:
 
 
 def _wrap(units: list[str], first: str, indent: str, width: int = WIDTH) -> list[str]:
-    """``units`` (never split) after ``first``, wrapped at ``width`` with ``indent``."""
-    lines, line = [], first.rstrip()
-    for u in units:
-        if line.strip() and len(line) + 1 + len(u) > width:
+    """``units`` (never split) after ``first`` (a space between them unless it ends in one),
+    wrapped at ``width``, each further line starting with ``indent``."""
+    lines, line = [], first
+    for i, u in enumerate(units):
+        if i and len(line) + 1 + len(u) > width:
             lines.append(line)
             line = indent + u
         else:
-            line = f"{line} {u}" if line.strip() else line + u
+            line += u if (i == 0 and (not first or first.endswith(" "))) else " " + u
     return [*lines, line]
 
 
@@ -259,7 +260,7 @@ def synopsis(command: str) -> str:
     required, groups = _units(getattr(config, COMMANDS[command][0]))
     lines = _wrap(required, f"dpspark {command}", "    ")
     for title, units in groups:
-        lines += [f"  # {title}", *_wrap(units, "   ", "    ")]
+        lines += [f"  # {title}", *_wrap(units, "    ", "    ")]
     return "\n".join(lines)
 
 
@@ -362,9 +363,11 @@ def _print(obj: Any) -> None:
     print(obj if isinstance(obj, str) else json.dumps(obj, indent=2, ensure_ascii=False))
 
 
-def _released(command: str, m: dict) -> str:
-    """One line naming a release and its public counts (what --quiet prints of a release)."""
-    where = m["output"] + (f" (partition {m['partition']})" if m.get("partition") else "")
+def _released(command: str, c: Any, m: dict) -> str:
+    """One line naming a release (as the user named it) and its public counts: what --quiet prints."""
+    where = (c.output or c.output_table or m["output"]) + (
+        f" (partition {m['partition']})" if m.get("partition") else ""
+    )
     counts = ", ".join(f"{v:,} {k}" for k, v in m["counts"].items())
     return f"dpspark {command}: released {where}: {counts}; manifest and ledger beside it"
 
@@ -374,7 +377,7 @@ def _cmd_perturb(c: Any) -> int:
 
     m = run_perturb(c)
     if c.quiet:
-        _print(_released("perturb", m))
+        _print(_released("perturb", c, m))
         return 0
     keys = ("status", "output", "partition", "mechanism", "epsilon", "lambda", "euclidean_epsilon_bound", "layout")
     summary = {k: m[k] for k in keys}
@@ -389,7 +392,7 @@ def _cmd_release_vectors(c: Any) -> int:
 
     m = run_release_vectors(c)
     if c.quiet:
-        _print(_released("release-vectors", m))
+        _print(_released("release-vectors", c, m))
         return 0
     keys = ("status", "output", "mechanism", "epsilon", "delta", "beta", "input_dimension", "output_dimension")
     _print({**{k: m[k] for k in keys}, "counts": m["counts"], "timings": m["timings"]})
@@ -474,7 +477,7 @@ def _cmd_calibrate(c: Any) -> int:
         )
     stats_dir, computed = c.stats, False
     if bounds is not None and stats_dir is None:
-        _check_min_sw(c.min_sw, [c.runs], "--runs of the statistics computed here")
+        _check_min_sw(c.min_sw, [c.runs], "set by --runs")
         from dpspark.config import StatsConfig
         from dpspark.spark.stats import run_privacy_stats
 
@@ -486,7 +489,7 @@ def _cmd_calibrate(c: Any) -> int:
         columns, finite = ("epsilon", "lambda", "nw", "sw", "runs"), ("epsilon", "lambda", "runs")
         per_word = _report_table(stats_dir, "per_word.parquet", "--stats", "privacy-stats", columns, finite)
         table = report.grid(per_word)
-        _check_min_sw(c.min_sw, [k for _, _, k in table.values()], f"the runs of the statistics in {stats_dir}")
+        _check_min_sw(c.min_sw, [k for _, _, k in table.values()], f"read from {Path(stats_dir) / 'per_word.parquet'}")
         result = calibrate(table, bounds)
         text = f"{'worst case' if bounds.percentile == 100 else f'{bounds.percentile:g}th percentile'}: " + ", ".join(
             t

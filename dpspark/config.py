@@ -741,10 +741,10 @@ HELP_METAVARS: dict[str, str] = {
     "text_column": "COL",
     "label_column": "COL",
     "utility_metric": "METRIC",
-    "epsilons": "X[,X...]",
-    "lambdas": "X[,X...]",
-    "betas": "X[,X...]",
-    "class_epsilons": "X[,X...]",
+    "epsilons": "FLOAT[,FLOAT...]",
+    "lambdas": "FLOAT[,FLOAT...]",
+    "betas": "FLOAT[,FLOAT...]",
+    "class_epsilons": "FLOAT[,FLOAT...]",
 }
 
 
