@@ -64,5 +64,5 @@ setup(
         # make docs: the API reference pages (docs/, mkdocs.yml) built from the docstrings.
         "docs": ["mkdocs>=1.6,<2", "mkdocstrings-python>=2,<3"],
     },
-    entry_points={"console_scripts": ["dpspark=dpspark.cli:main"]},
+    entry_points={"console_scripts": ["dpspark=dpspark.cli:run"]},
 )

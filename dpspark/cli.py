@@ -688,3 +688,11 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def run() -> None:
+    """The console script ``dpspark``: ``main``'s exit code as the process's. A refused release
+    fails the process (and so a scheduled job's run, which may ignore a returned value)."""
+    code = main()
+    if code:
+        sys.exit(code)

@@ -62,6 +62,7 @@ def entry(
 ) -> dict[str, Any]:
     """One release, as written to ``_dpspark_ledger/<run_id>.json``."""
     return {
+        "format_version": FORMAT_VERSION,
         "run_id": run_id,
         "partition": spec,
         "epsilon": float(epsilon),

@@ -32,6 +32,7 @@ from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import is_connect
 
 MANIFEST = "_dpspark_manifest.json"
+MANIFEST_VERSION = 1  # CHANGELOG.md, "Formats": fields are only added within a version
 TMP_PREFIX = "_dpspark_tmp_"
 OLD_PREFIX = "_dpspark_old_"
 LOCK_PREFIX = "_dpspark_lock_"

@@ -214,6 +214,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             rows=counts["rows"],
         )
         manifest = {
+            "manifest_version": io.MANIFEST_VERSION,
             "dpspark_version": dpspark.__version__,
             "command": job.command,
             "run_id": run_id,

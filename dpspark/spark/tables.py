@@ -216,7 +216,9 @@ class TableOutput:
 
     def _probe(self) -> None:
         """Create and drop an empty table beside the output: refused rights fail here, before any work."""
-        probe = ident(self.catalog, self.schema, f"{io.TMP_PREFIX}{self.name}_{_host()}_{os.getpid()}_probe")
+        probe = ident(  # its own name: two runs of one process (threads of a notebook) probe at once
+            self.catalog, self.schema, f"{io.TMP_PREFIX}{self.name}_{_host()}_{os.getpid()}_probe{io.new_run_id()[:8]}"
+        )
         try:
             self.save(self.spark.createDataFrame([], "x int").write.mode("error"), probe)
         except Exception as exc:  # noqa: BLE001 - AnalysisException, permission errors of the catalog

@@ -209,6 +209,7 @@ def test_a_cached_input_is_still_traced(spark, tmp_path, dataset):
             dpspark.release(spark.table("raw_view"), output=str(dataset / "x"), columns="text", epsilon=10)
     finally:
         spark.catalog.clearCache()
+        spark.catalog.dropTempView("raw_view")
     assert snapshot(dataset) == before and leftovers(dataset.parent) == []
 
 

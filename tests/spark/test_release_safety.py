@@ -481,8 +481,9 @@ def test_version_and_quiet(spark, capsys, tmp_path, dataset):
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"dpspark {dpspark.__version__}"
     assert perturb(dataset, tmp_path / "o") == 0
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""
+    captured = capsys.readouterr()  # --quiet: the one result line, no logs or warnings
+    assert captured.out.startswith("dpspark perturb: released ") and captured.out.count("\n") == 1
+    assert captured.err == ""
 
 
 def test_flags_are_derived_from_the_models():

@@ -264,3 +264,14 @@ def test_the_readme_lists_every_flag_of_perturb():
     shown = set(re.findall(r"--[a-z][a-z-]*", block))
     assert flags - {"--help"} <= shown, flags - shown
     assert {"--input-table", "--output-table", "--table-format", "--embeddings-dir"} <= shown
+
+
+def test_the_console_script_exits_with_the_commands_code():
+    """``dpspark`` (setup.py's console script, dpspark.cli:run) fails its process with the command's exit
+    code, so a scheduler that ignores a returned value still sees a refused run fail."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.argv = ['dpspark', 'calibrate', '--epsilon', '5']; from dpspark.cli import run; run()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--epsilons" in done.stderr
