@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -38,10 +41,27 @@ def local_jvm_flags() -> str:
 _LOG4J = Path(__file__).with_name("log4j2-local.properties")
 
 
+# MLlib's BLAS (dev.ludovic.netlib) first tries a native libblas.so.3 through JNI; where none is
+# installed, the JNI library's load hook writes "netlib-blas: JNI_OnLoad: dlopen(libblas.so.3)
+# failed" to the process's stderr itself (no logger: no log level silences it) before netlib falls
+# back to its Java BLAS. Where that library cannot be found, dpspark tells netlib not to try.
+_NETLIB_NATIVE = "dev.ludovic.netlib.blas.allowNative"
+
+
+def native_blas_missing() -> bool:
+    """True on Linux where no ``libblas.so.*`` can be found (netlib's native attempt would fail)."""
+    if not sys.platform.startswith("linux"):
+        return False  # other systems' BLAS names and messages were not looked at: left alone
+    from ctypes.util import find_library
+
+    return find_library("blas") is None
+
+
 def _local_jvm_opts() -> str:
     quiet = logging.getLogger("dpspark").getEffectiveLevel() >= logging.ERROR
     level = "error" if quiet else "warn"
-    return f"{local_jvm_flags()} -Dlog4j2.configurationFile={_LOG4J.as_uri()} -Ddpspark.jvm.log.level={level}"
+    blas = f" -D{_NETLIB_NATIVE}=false" if native_blas_missing() else ""
+    return f"{local_jvm_flags()}{blas} -Dlog4j2.configurationFile={_LOG4J.as_uri()} -Ddpspark.jvm.log.level={level}"
 
 
 def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str | None = None) -> SparkSession:
@@ -89,3 +109,77 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
 def is_connect(spark: SparkSession) -> bool:
     """True for a Spark Connect session (Databricks serverless): no SparkContext there."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+# --- sessions dpspark is handed ------------------------------------------------------------------
+# A session dpspark did not start (a notebook's, a script's, pyspark's shell) logs with its own
+# log4j2 configuration, Spark's defaults as a rule. Around its own jobs dpspark drops there what
+# log4j2-local.properties drops in the JVMs it starts, and puts the JVM back as it was after:
+# - DAGScheduler's "Broadcasting large task binary" warning (that one message, by a RegexFilter:
+#   the logger's other lines stay): evaluate-utility's TF-IDF pipeline carries the IDF weights
+#   (2^16 doubles, 512 KiB) in every task's lineage and LogisticRegression's gradient sum (another
+#   512 KiB) in every iteration's closure, so every iteration of every model of a grid warns that
+#   its 1.1 MiB task binary is broadcast (as every task binary is): thousands of lines;
+# - netlib's native BLAS attempt where no libblas.so.* can be found (see native_blas_missing; it
+#   takes effect only where MLlib's BLAS was not used yet in that JVM, and only in the driver's,
+#   which is the executors' JVM in local mode).
+# Classic sessions only: a Spark Connect client has no JVM (the server's logging is its own).
+_DROPPED = {"org.apache.spark.scheduler.DAGScheduler": "Broadcasting large task binary.*"}
+_quiet_lock = threading.Lock()
+_quiet_users = 0
+_quiet_restore: list = []  # the steps that put the JVM back, run when the last user leaves
+
+
+def _quiet_jvm(jvm) -> list:  # noqa: ANN001 - a py4j JVMView
+    """Drop ``_DROPPED``'s messages in ``jvm`` (and netlib's native attempt); return the undo steps."""
+    undo: list = []
+    system = jvm.java.lang.System
+    if system.getProperty("dpspark.jvm.log.level") is not None:
+        return undo  # a JVM dpspark started: log4j2-local.properties drops them already
+    core = jvm.org.apache.logging.log4j.core
+    result = core.Filter.Result
+    config = jvm.org.apache.logging.log4j.LogManager.getContext(False).getConfiguration()
+    for name, regex in _DROPPED.items():
+        # The filter goes on the configuration the logger logs through (its own, or the nearest
+        # parent's, the root's as a rule): a logger configuration of its own would change what it
+        # logs (pyspark's shell lets every logger with one of its own through below WARN).
+        logger = config.getLoggerConfig(name)
+        drop = core.filter.RegexFilter.createFilter(regex, None, False, result.DENY, result.NEUTRAL)
+        logger.addFilter(drop)
+        undo.append(lambda logger=logger, drop=drop: logger.removeFilter(drop))
+    if native_blas_missing() and system.getProperty(_NETLIB_NATIVE) is None:
+        system.setProperty(_NETLIB_NATIVE, "false")
+        undo.append(lambda: system.clearProperty(_NETLIB_NATIVE))
+    return undo
+
+
+@contextmanager
+def quiet_spark_logs(spark: SparkSession) -> Iterator[None]:
+    """Around dpspark's own jobs in ``spark``: Spark's log lines with nothing to act on dropped in the
+    driver's JVM, and its logging put back after (when the last of concurrent users leaves)."""
+    global _quiet_users
+    jvm = None if is_connect(spark) else getattr(spark.sparkContext, "_jvm", None)
+    if jvm is None:
+        yield
+        return
+    log = logging.getLogger("dpspark")
+    with _quiet_lock:
+        if _quiet_users == 0:
+            try:
+                _quiet_restore[:] = _quiet_jvm(jvm)
+            except Exception as exc:  # noqa: BLE001 - another logging backend: Spark's logs stay as they are
+                log.debug("Spark's logging left as it is: %s", exc)
+                _quiet_restore[:] = []
+        _quiet_users += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_users -= 1
+            if _quiet_users == 0:
+                for step in reversed(_quiet_restore):
+                    try:
+                        step()
+                    except Exception as exc:  # noqa: BLE001 - a stopped JVM has nothing to put back
+                        log.debug("Spark's logging not put back: %s", exc)
+                _quiet_restore.clear()

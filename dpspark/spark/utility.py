@@ -53,7 +53,7 @@ from dpspark.progress import Progress, describe
 from dpspark.rng import new_job_key
 from dpspark.spark import io, lineage, resources
 from dpspark.spark.reports import ReportOutput
-from dpspark.spark.session import get_session, is_connect
+from dpspark.spark.session import get_session, is_connect, quiet_spark_logs
 from dpspark.spark.transform import count_columns, mean_vectors, perturb, quote
 from dpspark.text import TOKEN_PATTERN
 
@@ -314,7 +314,9 @@ def run_evaluate_utility(
             rows = sum(class_counts)
             train, test = split(labelled_frame(df, config, keys, rows), config, values, rows)
         try:
-            manifest = _evaluate(spark, config, train, test, values, class_counts, out)
+            # Each LogisticRegression iteration would warn that its task binary is large (session.py).
+            with quiet_spark_logs(spark):
+                manifest = _evaluate(spark, config, train, test, values, class_counts, out)
         finally:
             train.unpersist()
             test.unpersist()
