@@ -124,7 +124,11 @@ def is_connect(spark: SparkSession) -> bool:
 #   takes effect only where MLlib's BLAS was not used yet in that JVM, and only in the driver's,
 #   which is the executors' JVM in local mode).
 # Classic sessions only: a Spark Connect client has no JVM (the server's logging is its own).
-_DROPPED = {"org.apache.spark.scheduler.DAGScheduler": "Broadcasting large task binary.*"}
+_DROPPED = {
+    "org.apache.spark.scheduler.DAGScheduler": r"Broadcasting large task binary.*",
+    # a broadcast MLlib destroyed and Spark's cleaner removes again (a few per grid)
+    "org.apache.spark.storage.BlockManager": r"Asked to remove block broadcast_\d+(_piece\d+)?, which does not exist.*",
+}
 _quiet_lock = threading.Lock()
 _quiet_users = 0
 _quiet_restore: list = []  # the steps that put the JVM back, run when the last user leaves
