@@ -31,14 +31,6 @@ from dpspark.spark.perturb import run_perturb
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture()
-def dataset(tmp_path) -> Path:
-    d = tmp_path / "raw"
-    d.mkdir()
-    pq.write_table(pa.table({"id": [1, 2, 3], "text": ["the city is quiet", "a dog ran home", None]}), d / "p0.parquet")
-    return d
-
-
 def ledger_entries(spark, out: Path) -> list[dict]:
     return io.read_ledger(io.FileSystem(spark), str(out))
 

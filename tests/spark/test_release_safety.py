@@ -60,14 +60,6 @@ def refused(capsys, code: int, error: type, *fragments: str) -> str:
 
 
 @pytest.fixture()
-def dataset(tmp_path) -> Path:
-    d = tmp_path / "raw"
-    d.mkdir()
-    pq.write_table(pa.table({"id": [1, 2, 3], "text": ["the city is quiet", "a dog ran home", None]}), d / "p0.parquet")
-    return d
-
-
-@pytest.fixture()
 def partitioned(tmp_path) -> Path:
     src = tmp_path / "in"
     for day, hour, texts in (
