@@ -60,7 +60,7 @@ def test_the_task_runs_dpspark_perturb_from_the_wheel(bundle, task):
     wheel = task["python_wheel_task"]
     assert wheel["package_name"] == "dpspark"
     scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
-    assert scripts.get(wheel["entry_point"]) == "dpspark.cli:main"
+    assert scripts.get(wheel["entry_point"]) == "dpspark.cli:run"  # exits with the command's code
     assert "named_parameters" not in wheel  # flags are positional parameters, as on the command line
     assert any(str(lib.get("whl", "")).endswith(".whl") for lib in task["libraries"])
     assert bundle["artifacts"]["dpspark_wheel"]["type"] == "whl"
