@@ -304,29 +304,44 @@ VALUES = ["a=b", "x:y", "50%", "q?#", "tab\there"]
 HAND = ["a=b", "50%", "q?"]  # a literal ':' or '#' is no Hadoop path: Spark cannot read such a layout
 
 
-def _write_layout(spark, root: Path, how: str) -> None:
-    rows = [(i, v, f"the city number {i}") for v in VALUES for i in range(2)]
+def _write_layout(spark, root: Path, how: str) -> list[str]:
+    """The input in one of three layouts; returns the values it holds."""
+    values = HAND if how == "hand" else VALUES
+    if how == "pyarrow" and not _pyarrow_escapes():
+        values = HAND  # pyarrow before URI encoding (the runtimes' pyarrow 8) writes values literally, as by hand
+    rows = [(i, v, f"the city number {i}") for v in values for i in range(2)]
     if how == "spark":
         df = spark.createDataFrame(rows, "id long, k string, text string")
         df.write.partitionBy("k").parquet(str(root))
-    elif how == "pyarrow":  # pyarrow's hive partitioning escapes values as URIs (%3D ...)
+    elif how == "pyarrow":  # pyarrow's hive partitioning escapes values as URIs (%3D ...) where it can
         table = pa.table({"id": [r[0] for r in rows], "k": [r[1] for r in rows], "text": [r[2] for r in rows]})
         ds.write_dataset(table, root, format="parquet", partitioning=["k"], partitioning_flavor="hive")
     else:  # by hand: the value written literally (where Hadoop can read such a name at all)
-        for v in HAND:
+        for v in values:
             (root / f"k={v}").mkdir(parents=True)
             pq.write_table(
                 pa.table({"id": [0, 1], "text": ["the city number 0", "the city number 1"]}),
                 root / f"k={v}" / "part-0.parquet",
             )
+    return values
+
+
+def _pyarrow_escapes() -> bool:
+    """Whether this pyarrow escapes partition values in directory names (a ':' written as %3A)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        ds.write_dataset(
+            pa.table({"k": ["x:y"], "v": [1]}), d, format="parquet", partitioning=["k"], partitioning_flavor="hive"
+        )
+        return not Path(d, "k=x:y").exists()
 
 
 @pytest.mark.parametrize("how", ["spark", "pyarrow", "hand"])
 def test_escaped_partition_values_are_found_and_published(spark, capsys, tmp_path, how):
     src, out = tmp_path / "in", tmp_path / "out"
-    _write_layout(spark, src, how)
+    values = _write_layout(spark, src, how)
     before = snapshot(src)
-    values = HAND if how == "hand" else VALUES
     for v in values:
         assert perturb(src, out, "--partition", f"k={v}") == 0, capsys.readouterr().err
         m = json.loads((out / io.MANIFEST).read_text())
