@@ -164,7 +164,7 @@ def resolve_output(fs: FileSystem, output: str) -> str:
             f"output {output} is not a path this session can write ({first[:200]}): give a directory on a file "
             "system the session knows (a plain path, or file:///, hdfs://, s3a://, dbfs:/ ...)"
         ) from None
-    local = fs.local_file(output) if "://" not in output or output.startswith("file:") else None
+    local = fs.local_file(output)
     if local is not None and os.path.islink(local) and not os.path.exists(local):
         raise ConfigError(
             f"output {output} is a symbolic link to {os.readlink(local)}, which does not exist: remove the link or "
@@ -248,19 +248,6 @@ def check_spec(spec: dict[str, str] | None, keys: list[str]) -> None:
         )
 
 
-def dataset_root(files: list[str]) -> str:
-    """The dataset directory of a DataFrame's files: their common directory, partition levels removed."""
-    dirs = [posixpath.dirname(f) for f in files]
-    root = posixpath.commonpath([d.split(":", 1)[-1] for d in dirs]) if dirs else "/"
-    scheme = dirs[0].split(":", 1)[0] + ":" if dirs and ":" in dirs[0] else ""
-    while "=" in posixpath.basename(root):
-        root = posixpath.dirname(root)
-    if scheme and dirs[0].startswith(scheme + "//"):
-        authority = dirs[0][len(scheme) + 2 :].split("/", 1)[0]
-        return f"{scheme}//{authority}{root}" if not root.startswith("//") else f"{scheme}{root}"
-    return f"{scheme}{root}"
-
-
 # --- reading --------------------------------------------------------------------------------------
 
 
@@ -336,7 +323,7 @@ def few_read_tasks(fs: FileSystem, written: str, size: int, splits: dict[str, st
     # Task 0's file changes the answer only when it is the one file or makes the count reach `wanted`.
     first = None
     if tasks in (1, wanted) and names[0].startswith("part-00000"):
-        first = _local_path(fs, f"{written}/{names[0]}")
+        first = fs.local_file(f"{written}/{names[0]}")
     if first is not None:
         import pyarrow.parquet as pq
 
@@ -547,13 +534,6 @@ def commit_stage(fs: FileSystem, paths: Paths, stage: str, existed: bool, run_id
     fs.remove(old)
 
 
-def _local_path(fs: FileSystem, path: str) -> str | None:
-    """``path`` as pyarrow reads it from the driver, or None where it cannot (a remote file system)."""
-    if fs.local:
-        return path
-    return path[len("file:") :] if path.startswith("file:") else None
-
-
 def type_changes(fs: FileSystem, input_files: list[str], stage: str, skip: list[str]) -> list[dict[str, str]] | None:
     """Columns whose Parquet type the Spark round trip changed (uint64 → decimal(20,0),
     zoned timestamps → UTC, ...), from the footers of one input file and one output file.
@@ -563,8 +543,8 @@ def type_changes(fs: FileSystem, input_files: list[str], stage: str, skip: list[
     import pyarrow.parquet as pq
 
     outputs = [n for n, _ in fs.list(stage) if n.endswith(".parquet")]
-    src = _local_path(fs, input_files[0]) if input_files else None
-    dst = _local_path(fs, f"{stage}/{outputs[0]}") if outputs else None
+    src = fs.local_file(input_files[0]) if input_files else None
+    dst = fs.local_file(f"{stage}/{outputs[0]}") if outputs else None
     if src is None or dst is None:
         return None
     try:
