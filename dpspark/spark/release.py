@@ -115,8 +115,6 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             input_files = given.inputFiles()
         except Exception:  # noqa: BLE001 - some sources (tables on Connect) list no files
             input_files = None
-    if spec is not None and c.input:
-        spec, found = io.record_spec(fs, fs.resolve(c.input), spec)
     sources = traced.paths if traced is not None else []
     if c.output_table:
         target: io.Paths | tables.TableOutput = tables.TableOutput(
@@ -131,7 +129,9 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     else:
         target = io.Paths(fs, c.input, c.output, sources)
     table_out = isinstance(target, tables.TableOutput)
-    root = target.inputs[0] if target.inputs else None
+    root = target.inputs[0] if target.inputs else None  # the resolved --input, when given
+    if spec is not None and c.input:
+        spec, found = io.record_spec(fs, root, spec)
     target.check_overlap()
     existed = target.check_output(c.mode, partitioned=spec is not None)
 
