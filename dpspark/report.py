@@ -117,7 +117,8 @@ def axis_labels(k: int) -> dict[str, str]:
     }
 
 
-def _epsilon_axis(ax, eps: list[float]) -> None:  # noqa: ANN001
+def epsilon_axis(ax, eps: list[float]) -> None:  # noqa: ANN001
+    """A log ε axis ticked at the grid's values (every report plots against ε this way)."""
     ax.set_xscale("log")
     ax.set_xticks(eps, [f"{e:g}" for e in eps])
     ax.minorticks_off()
@@ -139,7 +140,7 @@ def percentiles_figure(table: pa.Table, vocab_size: int | None = None, embedding
             ax = axes[row][col]
             for lam in lams:
                 ax.plot(eps, [np.percentile(g[(e, lam)][idx], p) for e in eps], marker="o", label=f"λ = {lam:g}")
-            _epsilon_axis(ax, eps)
+            epsilon_axis(ax, eps)
             ax.tick_params(labelbottom=True, labelleft=True)  # every panel keeps its scale when shared
             ax.set_ylabel(label[name], fontsize=8)
             ax.set_ylim(0, k)

@@ -135,6 +135,8 @@ def figure(  # noqa: ANN201
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from dpspark.report import epsilon_axis
+
     fig = Figure(figsize=(11, 4.6), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2, sharey=True)
@@ -152,10 +154,7 @@ def figure(  # noqa: ANN201
         ("share of tokens released unchanged", "unchanged tokens (share of corpus tokens with a vector, 0–1)"),
     )
     for ax, (title, ylabel) in zip(axes, panels):
-        ax.set_xscale("log")
-        ax.set_xticks(eps, [f"{e:g}" for e in eps])
-        ax.minorticks_off()
-        ax.set_xlabel("ε (log scale)")
+        epsilon_axis(ax, eps)
         ax.set_ylim(0, 1)
         ax.tick_params(labelleft=True)  # both panels keep their scale when shared
         ax.set_ylabel(ylabel)

@@ -247,6 +247,8 @@ def utility_figure(  # noqa: ANN201
     in a grid of three columns, every panel on the same 0–1 scale, one line per λ with its 95% CI
     band, the baseline dashed, the majority-class accuracy (``majority``, a share) dotted on the
     accuracy panel, chance (0.5) on the AUC panel, and one legend in the grid's spare cell."""
+    from dpspark.report import epsilon_axis
+
     base = baseline_of(summary)
     rows = [s for s in summary if s["mode"] == mode]
     if not rows:
@@ -278,10 +280,7 @@ def utility_figure(  # noqa: ANN201
             )
         if m == "auc":
             ax.axhline(0.5, color="grey", linestyle=":", linewidth=1.5, label="chance (AUC 0.5)")
-        ax.set_xscale("log")
-        ax.set_xticks(eps, [f"{x:g}" for x in eps])
-        ax.minorticks_off()
-        ax.set_xlabel("ε (log scale)")
+        epsilon_axis(ax, eps)
         ax.set_ylim(0, 1)
         ax.tick_params(labelleft=True)  # every panel keeps its scale when shared
         ax.set_ylabel(f"{METRIC_LABELS.get(m, m)} (0–1)", fontsize=8)
