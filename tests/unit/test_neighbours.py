@@ -12,9 +12,14 @@ def vocab(glove):
     return glove.vectors[:20_000]
 
 
-def brute_force_distances(vectors, queries):
+def brute_force_distances(vectors, queries, chunk=16):
+    """Squared float64 distances (queries × words), as differences, a few queries at a time
+    (one (chunk, words, dim) temporary instead of one for all queries)."""
     x, q = vectors.astype(np.float64), queries.astype(np.float64)
-    return ((q[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    dist = np.empty((len(q), len(x)))
+    for s in range(0, len(q), chunk):
+        dist[s : s + chunk] = ((q[s : s + chunk, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    return dist
 
 
 @pytest.mark.parametrize("epsilon", [5.0, 10.0, 20.0, 40.0])
