@@ -9,7 +9,8 @@ One Spark job for a labelled Parquet dataset (Xu et al. 2020 §5.2; Feyisetan et
    stated in the manifest), both halves persisted in memory and reused by every run;
 3. the non-private **baseline**: the model trained on plain train, scored on plain test;
 4. for every (ε, λ) of the grid, on the driver: ``dpspark.prepare.prepare`` and one
-   shipped bundle, then R independent perturbations (each its own job key) through the
+   shipped bundle, then R independent perturbations (each its own job key,
+   ``dpspark.rng.derive_key(the run's key, mode, ε, λ, repeat)``) through the
    release's own executor transform (``dpspark.spark.transform.perturb``):
    - **train-time**: train on perturbed train, score on plain test;
    - **test-time**: the baseline model scores perturbed test;
@@ -26,7 +27,6 @@ for the data owner, not a release. The manifest says so.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import shutil
@@ -50,7 +50,7 @@ from dpspark.config import EvaluateUtilityConfig, PerturbConfig
 from dpspark.errors import InputDataError
 from dpspark.prepare import Prepared, prepare
 from dpspark.progress import Progress, describe
-from dpspark.rng import new_job_key
+from dpspark.rng import derive_key, new_job_key
 from dpspark.spark import io, lineage, resources
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect, quiet_spark_logs
@@ -269,12 +269,6 @@ def check_mllib(spark: SparkSession) -> None:
         )
 
 
-def run_key(master: bytes, *parts: object) -> bytes:
-    """The job key of one perturbation: a keyed hash (BLAKE2b) of the run's secret master key and
-    its coordinates, so every run draws independent noise and none is written anywhere."""
-    return hashlib.blake2b(repr(parts).encode(), key=master, digest_size=len(master)).digest()
-
-
 def perturb_config(config: EvaluateUtilityConfig, epsilon: float, lam: float) -> PerturbConfig:
     """The perturb settings of one grid point (what a release at (ε, λ) would use)."""
     shared = ("embeddings", "embeddings_format", "embeddings_words", "embeddings_dir", "vocab_size", "vocab_file")
@@ -383,13 +377,13 @@ def _evaluate(
         for r in range(config.repeats):
             for mode in modes:
                 if mode == "train-time":
-                    noisy = perturbed(train, shipment.name, run_key(master, mode, e, lam, r))
+                    noisy = perturbed(train, shipment.name, derive_key(master, mode, e, lam, r))
                     try:
                         scores = model.score(model.fit(noisy, shipment.name), test, shipment.name)
                     finally:
                         noisy.unpersist()
                 else:
-                    noisy = perturbed(test, shipment.name, run_key(master, mode, e, lam, r))
+                    noisy = perturbed(test, shipment.name, derive_key(master, mode, e, lam, r))
                     try:
                         scores = model.score(fitted_plain, noisy, shipment.name)
                     finally:

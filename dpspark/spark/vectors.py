@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 from dpspark.config import VectorsConfig
 from dpspark.errors import InputDataError
 from dpspark.privemb import M_FORMULA, draw_projection, projection_dim
-from dpspark.rng import new_job_key, secure_generator
+from dpspark.rng import derived_generator, new_job_key, secure_generator
 from dpspark.spark import resources
 from dpspark.spark.release import run_release
 from dpspark.spark.transform import quote, release_vectors
@@ -106,9 +106,10 @@ class VectorsJob:
             )
         self.m = c.dim or projection_dim(self.d, c.delta, c.beta)
         self.job_key = new_job_key(c.seed)
-        # Φ is public but must not be predictable from the noise key: its own generator.
+        # Φ is public, so its stream must tell nothing of the noise key: from the OS, or (seeded)
+        # a stream derived one-way from the job key under its own label.
         if c.mechanism == "privemb":
-            rng = secure_generator() if c.seed is None else np.random.default_rng(c.seed + 1)
+            rng = secure_generator() if c.seed is None else derived_generator(self.job_key, "projection")
             self.phi = draw_projection(self.m, self.d, rng)
 
     def transform(self, df: DataFrame, run_id: str) -> tuple[DataFrame, list[Any]]:
