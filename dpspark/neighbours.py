@@ -119,6 +119,58 @@ class ExactIndex:
         q[:, self.dim] = 1.0
         return rows[(q @ sub).argmax(axis=1)]
 
+    def query_two(self, points: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
+        """The two nearest rows to each point (n×2, nearest first), by the float32 scores of ``query``.
+
+        The first column equals ``query(points)`` (``among`` None); ties go to the lower row in
+        both columns. ``among`` (ascending rows of the index, at least two) limits the search
+        to them. The blocked GEMM keeps a running best two per query: a block's largest score
+        is found for every query, its second largest only for the queries whose best that
+        block improves (rare after the first blocks), so the cost stays near that of ``query``.
+        Exact up to float32 ties (relative 1e-6); callers that need the float64 order of the
+        two re-rank them.
+        """
+        xt = self._xt if among is None else np.ascontiguousarray(self._xt[:, among])
+        size = xt.shape[1]
+        if size < 2:
+            raise ValueError("query_two needs at least two indexed rows")
+        points = np.asarray(points)
+        n = points.shape[0]
+        r1, r2 = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        if n:
+            q = np.empty((n, self.dim + 1), dtype=np.float32)
+            q[:, : self.dim] = points
+            q[:, self.dim] = 1.0
+            b1, b2 = np.full(n, -np.inf, dtype=np.float32), np.full(n, -np.inf, dtype=np.float32)
+            scores = np.empty((min(n, QUERY_BLOCK), WORD_BLOCK), dtype=np.float32)
+            for qs in range(0, n, QUERY_BLOCK):
+                qb = q[qs : qs + QUERY_BLOCK]
+                rows = np.arange(len(qb))
+                c1, i1 = b1[qs : qs + QUERY_BLOCK], r1[qs : qs + QUERY_BLOCK]  # views
+                c2, i2 = b2[qs : qs + QUERY_BLOCK], r2[qs : qs + QUERY_BLOCK]
+                for ws in range(0, size, WORD_BLOCK):
+                    block = xt[:, ws : ws + WORD_BLOCK]
+                    out = scores[: len(qb), : block.shape[1]]
+                    np.matmul(qb, block, out=out)
+                    j = out.argmax(axis=1)
+                    top = out[rows, j]
+                    new = top > c1  # this block holds the new best: its second may beat the old best
+                    second = ~new & (top > c2)  # the block's best becomes the second
+                    c2[second], i2[second] = top[second], j[second] + ws
+                    if new.any():
+                        k = np.flatnonzero(new)
+                        sub = out[k]
+                        at = np.arange(len(k))
+                        sub[at, j[k]] = -np.inf
+                        j2 = sub.argmax(axis=1)
+                        t2 = sub[at, j2]
+                        old = t2 <= c1[k]  # the old best stays second on ties (its row is lower)
+                        c2[k] = np.where(old, c1[k], t2)
+                        i2[k] = np.where(old, i1[k], j2 + ws)
+                        c1[k], i1[k] = top[k], j[k] + ws
+        pair = np.stack([r1, r2], axis=1)
+        return pair if among is None else np.asarray(among, dtype=np.int64)[pair]
+
 
 LOWP_QUERY_BLOCK = 8192  # queries per search: stage 2 visits each flagged word block once per search
 LOWP_GEMM_ROWS = 2048  # queries per bf16 GEMM: 2048 × 512 bf16 scores (2 MiB) stay in L2
@@ -223,6 +275,11 @@ class CertifiedIndex:
     def within(self, centers: np.ndarray, radii: np.ndarray) -> list[np.ndarray]:
         """As ``ExactIndex.within`` (a superset of each ball), from a float32 index built on first use."""
         return self._float32.within(centers, radii)
+
+    def query_two(self, points: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
+        """The two nearest rows (n×2) by ``ExactIndex.query_two`` on a float32 index built on first
+        use: exact up to float32 ties, not certified (callers re-rank the two in float64)."""
+        return self._float32.query_two(points, among)
 
     @cached_property
     def _float32(self) -> ExactIndex:
@@ -565,6 +622,11 @@ class AdaptiveIndex:
 
     def within(self, centers: np.ndarray, radii: np.ndarray) -> list[np.ndarray]:
         return self._float32.within(centers, radii)
+
+    def query_two(self, points: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
+        """The two nearest rows (n×2) from the float32 index (``ExactIndex.query_two``), before and
+        after the move to CertifiedIndex alike."""
+        return self._float32.query_two(points, among)
 
 
 def exact_index(vectors: np.ndarray) -> ExactIndex | CertifiedIndex | AdaptiveIndex:
