@@ -81,8 +81,11 @@ def perturb_text(
     columns: list[str] | str,
     epsilon: float,
     *,
-    mechanism: Literal["mahalanobis", "laplace"] = "mahalanobis",
+    mechanism: Literal["mahalanobis", "laplace", "vickrey", "tem", "santext"] = "mahalanobis",
     lam: float | None = None,
+    t: float | None = None,
+    beta: float | None = None,
+    gamma: float | None = None,
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
     vocab_from_corpus: bool = False,
@@ -113,8 +116,13 @@ def perturb_text(
         df: the input DataFrame (bounded: a stream is refused).
         columns: the text column(s) to rewrite (a list, or one comma-separated string).
         epsilon: the privacy parameter ε (required: no default).
-        mechanism: ``"mahalanobis"`` (default) or ``"laplace"``.
-        lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1); Laplace is λ = 0.
+        mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"`` or
+            ``"santext"`` (``dpspark.mechanisms.REGISTRY``).
+        lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1) and Vickrey's noise (None: 0);
+            Laplace is λ = 0.
+        t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
+        beta: TEM's bound on Pr[⊥] in (0, 1) (None: 0.001), which sets γ.
+        gamma: TEM's threshold γ > 0 instead of ``beta``.
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
         vocab_from_corpus: derive the vocabulary from the input (publishes its frequent
@@ -165,8 +173,11 @@ def release(
     input: str | None = None,  # noqa: A002 - the setting's name everywhere else (--input, YAML)
     input_table: str | None = None,
     partitions: int | None = None,
-    mechanism: Literal["mahalanobis", "laplace"] = "mahalanobis",
+    mechanism: Literal["mahalanobis", "laplace", "vickrey", "tem", "santext"] = "mahalanobis",
     lam: float | None = None,
+    t: float | None = None,
+    beta: float | None = None,
+    gamma: float | None = None,
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
     vocab_from_corpus: bool = False,
@@ -211,8 +222,13 @@ def release(
             must stay clear of it).
         input_table: an input table (``catalog.schema.table``), read instead of ``df``.
         partitions: tasks to read the input with (smaller read splits).
-        mechanism: ``"mahalanobis"`` (default) or ``"laplace"``.
-        lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1); Laplace is λ = 0.
+        mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"`` or
+            ``"santext"`` (``dpspark.mechanisms.REGISTRY``).
+        lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1) and Vickrey's noise (None: 0);
+            Laplace is λ = 0.
+        t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
+        beta: TEM's bound on Pr[⊥] in (0, 1) (None: 0.001), which sets γ.
+        gamma: TEM's threshold γ > 0 instead of ``beta``.
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
         vocab_from_corpus: derive the vocabulary from the input (publishes its frequent
@@ -252,18 +268,20 @@ def release(
 _RELEASE_SETTINGS = frozenset(release.__kwdefaults__)
 
 
-def privacy_stats(output, epsilons, lambdas, runs=100, **settings):  # noqa: ANN001, ANN201
-    """Compute Nw/Sw over a grid of ε and λ on Spark; write the tables and plots to ``output``.
+def privacy_stats(output, epsilons, lambdas=None, runs=100, **settings):  # noqa: ANN001, ANN201
+    """Compute Nw/Sw over a grid of settings on Spark; write the tables and plots to ``output``.
 
-    Returns the run manifest (with the per-(ε, λ) summary). See ``dpspark.config.StatsConfig``
-    for the other settings (words, word_list, corpus, vocab_size, nn, seed, mode, ...).
+    The grid is ``epsilons`` × the λ grid of laplace/mahalanobis (``lambdas``), or
+    ``mechanisms=["laplace", "tem", "santext"]`` × ``epsilons`` × each mechanism's own axes
+    (``grid={"lambda": [0, 1], "t": [0.5]}``). Returns the run manifest (with the per-setting
+    summary). See ``dpspark.config.StatsConfig`` for the other settings (words, word_list, corpus,
+    vocab_size, nn, seed, mode, ...).
     """
     from dpspark.config import StatsConfig
     from dpspark.spark.stats import run_privacy_stats
 
-    return run_privacy_stats(
-        StatsConfig.parse({"output": output, "epsilons": epsilons, "lambdas": lambdas, "runs": runs, **settings})
-    )
+    given = {"output": output, "epsilons": epsilons, "lambdas": lambdas, "runs": runs, **settings}
+    return run_privacy_stats(StatsConfig.parse({k: v for k, v in given.items() if v is not None}))
 
 
 def evaluate_utility(output, text_column, label_column, input=None, df=None, **settings):  # noqa: A002, ANN001, ANN201

@@ -3,7 +3,7 @@
 A bundle is a small directory of plain files that the driver writes once per run and
 Spark ships to every executor (``dpspark.spark.resources``)::
 
-    settings.json    what to build: mechanism settings, λ list, index, embedding reference
+    settings.json    what to build: the mechanism's spec (or a list of specs), λ list, index, embedding reference
     a_stack.npy      A = (λΣ + (1−λ)I)^½ for each λ of settings["lambdas"] (absent: no mechanism)
     vocab_rows.npy   embedding rows of the output vocabulary (absent when they are the first
                      settings["vocab_prefix"] rows, as with the default vocabulary rule)
@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpspark import mechanisms
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, WordRows, default_files, default_words, sha256_of
 from dpspark.errors import EmbeddingError
-from dpspark.mechanisms import WordMechanism
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index
 from dpspark.text import TextPerturber
 
@@ -60,6 +60,20 @@ class Resources:
     a_by_lambda: dict[float, np.ndarray]
     index: NeighbourIndex | None
     derived: dict[str, Any] = field(default_factory=dict)  # objects built from these, cached with them
+
+    def space(self) -> mechanisms.Space:
+        """The mechanisms' Space over this bundle (built once, cached with it: its exact index and
+        float64 vocabulary are built on first use and kept)."""
+        if "space" not in self.derived:
+            self.derived["space"] = mechanisms.Space(self.vectors, self.vocab_rows, self.index, self.a_by_lambda)
+        return self.derived["space"]
+
+    def mechanisms(self) -> list[mechanisms.WordMechanism]:
+        """The samplers of the bundle's settings (``settings["settings"]``, a list of specs), cached."""
+        if "mechanisms" not in self.derived:
+            specs = [mechanisms.parse(s) for s in self.settings["settings"]]
+            self.derived["mechanisms"] = [spec.build(self.space()) for spec in specs]
+        return self.derived["mechanisms"]
 
 
 def _write_embedding(d: Path, embeddings: Embeddings) -> None:
@@ -222,8 +236,7 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
 
 
 def perturber_from(res: Resources) -> TextPerturber:
-    """The executor's TextPerturber from a loaded bundle (one λ)."""
+    """The executor's TextPerturber from a loaded bundle (one mechanism, ``settings["mechanism"]``)."""
     s = res.settings
-    (a,) = res.a_by_lambda.values()
-    mech = WordMechanism(res.vectors, res.vocab_rows, s["epsilon"], a, res.index)
+    mech = mechanisms.parse(s["mechanism"]).build(res.space())
     return TextPerturber(mech, res.words, s["oov"], s["oov_token"], layout=s["layout"])

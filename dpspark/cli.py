@@ -202,6 +202,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, model: Any) -> None:
         flag, dest, kind = flag_name(name, alias), alias or name, _scalar_type(annotation)
         if kind is bool:
             target.add_argument(flag, dest=dest, action="store_true", help=help_text)
+        elif typing.get_origin(_plain(annotation)) is dict:  # NAME=VALUES entries: --grid lambda=0,1 t=0.5
+            target.add_argument(flag, dest=dest, nargs="+", metavar="NAME=V1,V2", help=help_text)
         else:
             target.add_argument(flag, dest=dest, type=kind, metavar=_metavar(name, alias, annotation), help=help_text)
     general = groups[GENERAL_TITLE]
@@ -486,7 +488,7 @@ def _cmd_calibrate(c: Any) -> int:
         stats_dir, computed = c.output, True
     result, text = None, ""
     if bounds is not None:
-        columns, finite = ("epsilon", "lambda", "nw", "sw", "runs"), ("epsilon", "lambda", "runs")
+        columns, finite = ("epsilon", "lambda", "nw", "sw", "runs"), ("epsilon", "runs")
         per_word = _report_table(stats_dir, "per_word.parquet", "--stats", "privacy-stats", columns, finite)
         table = report.grid(per_word)
         _check_min_sw(c.min_sw, [k for _, _, k in table.values()], f"read from {Path(stats_dir) / 'per_word.parquet'}")
@@ -506,7 +508,7 @@ def _cmd_calibrate(c: Any) -> int:
     (Path(stats_dir) / "calibration.json").write_text(to_json({"bounds": text, **result}), encoding="utf-8")
     _print(md)
     if result["best"] is None:
-        print("dpspark calibrate: no ε in range meets these bounds for any λ", file=sys.stderr)
+        print("dpspark calibrate: no ε in range meets these bounds for any setting", file=sys.stderr)
         return NO_EPSILON_MEETS_BOUNDS
     return 0
 
@@ -540,7 +542,8 @@ def _joint_calibrate(c: Any, nw_result: dict | None, nw_text: str, own_dir: str 
             points.setdefault((r["epsilon"], r["lambda"]), {})["reidentification"] = r["top1"]
         sources.append("risk")
     if nw_result is not None:
-        for row in nw_result["per_lambda"]:
+        # The joint grid is (ε, λ) of the noise family (what evaluate-utility and privacy-risk measure).
+        for row in (r for r in nw_result["per_setting"] if r["lambda"] is not None):
             for chk in row["checked"]:
                 points.setdefault((chk["epsilon"], row["lambda"]), {})["nw_sw_met"] = chk["met"]
         sources.append("stats")

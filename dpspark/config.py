@@ -14,21 +14,17 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 
-try:  # pydantic 2 (and 1.10.17+) keep the 1.x API under pydantic.v1: one model code for both majors
-    from pydantic.v1 import BaseModel, Field, ValidationError, root_validator, validator
-except ImportError:  # pydantic 1.10 before 1.10.17 (Databricks Runtime 14.3 / 15.4 ship 1.10.6)
-    from pydantic import BaseModel, Field, ValidationError, root_validator, validator  # type: ignore[no-redef]
-
-from dpspark import params
+from dpspark import mechanisms, params
+from dpspark._pydantic import BaseModel, Field, ValidationError, create_model, root_validator, validator
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS, Embeddings, load_embeddings
 from dpspark.errors import ConfigError
 from dpspark.text import LAYOUTS, OOV_POLICIES
 
-Mechanism = Literal["mahalanobis", "laplace"]
+Mechanism = Literal[tuple(mechanisms.REGISTRY)]  # type: ignore[valid-type]
 Mode = Literal["error", "overwrite"]
 
 
@@ -40,24 +36,8 @@ def _comma_list(v: Any) -> Any:
     return v
 
 
-# The smallest ε accepted. The noise radius is Gamma(d, 1/ε) (mean d/ε) and the nearest-neighbour
-# search squares it: below about 1e-150 those figures overflow float64 (numpy warns on every
-# executor, --quiet or not) and PrivEmb's noise does the same. Far above that the output has
-# already stopped depending on the input: at ε = 1e-6 the noise is millions of times the length
-# of an embedding vector, so every output word is equally likely. 1e-6 keeps every figure
-# finite with a wide margin and refuses no ε that could give a useful release.
-MIN_EPSILON = 1e-6
-
-
-def epsilon_value(v: Any) -> float:
-    """ε as every model takes it: ``params.check_epsilon`` and at least ``MIN_EPSILON``."""
-    value = params.check_epsilon(v)
-    if value < MIN_EPSILON:
-        raise ConfigError(
-            f"epsilon must be at least {MIN_EPSILON:g} (below it the noise, of scale 1/ε, no longer depends on the "
-            f"text and overflows float64), got {v!r}"
-        )
-    return value
+MIN_EPSILON = params.MIN_EPSILON
+epsilon_value = params.epsilon_value
 
 
 def _sorted_unique(values: list[float], check: Any, example: str) -> list[float]:
@@ -290,13 +270,55 @@ class ReleaseSettings(OutputSettings, SparkSettings):
             raise ValueError("choose one of output (a path) and output_table (a table)")
 
 
-class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
+def _mechanism_parameters() -> dict[str, tuple[str, str]]:
+    """Every registered mechanism's own parameters: field name → (alias, description naming its mechanisms)."""
+    found: dict[str, tuple[str, list[str], str]] = {}
+    for name, spec in mechanisms.REGISTRY.items():
+        for field_name, f in spec.__fields__.items():
+            if field_name in ("name", "epsilon") or spec is mechanisms.REGISTRY.get("laplace"):
+                continue
+            alias, owners, text = found.get(field_name, (f.alias, [], f.field_info.description or ""))
+            found[field_name] = (alias, [*owners, name], text)
+    return {k: (alias, f"{', '.join(owners)}: {text}") for k, (alias, owners, text) in found.items()}
+
+
+MechanismParameters = create_model(
+    "MechanismParameters",
+    __base__=Settings,
+    **{
+        name: (float | None, Field(default=None, alias=alias, description=text))
+        for name, (alias, text) in _mechanism_parameters().items()
+    },
+)
+
+
+class MechanismSettings(MechanismParameters):  # type: ignore[misc, valid-type]
+    """The mechanism and its parameters, one optional field per parameter of every registered mechanism
+    (``--lambda``, ``--t``, ``--beta``, ...): ``spec`` validates them against the chosen mechanism."""
+
+    mechanism: Mechanism = Field(
+        default="mahalanobis",
+        description=f"word mechanism: {', '.join(mechanisms.REGISTRY)} (default mahalanobis)",
+    )
+
+    def mechanism_values(self) -> dict[str, Any]:
+        """The parameters given for the mechanism (by alias), None left out: the spec's defaults apply."""
+        return {
+            alias: getattr(self, name)
+            for name, (alias, _) in _mechanism_parameters().items()
+            if getattr(self, name, None) is not None
+        }
+
+    def spec_for(self, epsilon: float) -> mechanisms.MechanismSpec:
+        """The validated spec of this mechanism at ``epsilon`` (ConfigError on a bad or foreign parameter)."""
+        return mechanisms.parse({"name": self.mechanism, "epsilon": epsilon, **self.mechanism_values()})
+
+
+class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, MechanismSettings):
     """Settings of ``dpspark perturb``. ``epsilon`` has no default: the privacy level is a choice."""
 
     columns: list[str] = Field(default_factory=list, description="text column(s) to perturb, comma-separated")
     epsilon: float = Field(description=f"privacy parameter ε >= {MIN_EPSILON:g} (required, no default)")
-    mechanism: Mechanism = Field(default="mahalanobis", description="mahalanobis (default) or laplace")
-    lam: float | None = Field(default=None, alias="lambda", description="λ in [0, 1] for mahalanobis (default 1)")
     vocab_from_corpus: bool = Field(
         default=False, description="derive the vocabulary from the input (publishes its frequent words; warned)"
     )
@@ -322,10 +344,6 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
             raise ValueError(f"oov_token must be one non-empty token without whitespace (e.g. [UNK]), got {v!r}")
         return v
 
-    @before("lam")
-    def _lam(cls, v: Any) -> float | None:
-        return None if v is None or v == "" else params.check_lambda(v)
-
     @before("columns")
     def _columns(cls, v: Any) -> Any:
         if isinstance(v, str):
@@ -336,21 +354,16 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings):
 
     @whole
     def _consistent(self) -> None:
-        if self.mechanism == "laplace" and self.lam not in (None, 0.0):
-            raise ValueError(
-                f"the laplace mechanism is λ = 0; got lambda = {self.lam}: use --mechanism mahalanobis for λ > 0"
-            )
+        self.spec  # noqa: B018 - validates the mechanism's parameters
         if len(set(self.columns)) != len(self.columns):
             raise ValueError(f"columns are listed twice: {self.columns}")
         if self.vocab_file and self.vocab_from_corpus:
             raise ValueError("choose one of vocab_file and vocab_from_corpus")
 
     @property
-    def lambda_(self) -> float:
-        """λ in force: 0 for Laplace, 1 by default for Mahalanobis (Xu et al.'s strongest setting)."""
-        if self.mechanism == "laplace":
-            return 0.0
-        return 1.0 if self.lam is None else self.lam
+    def spec(self) -> mechanisms.MechanismSpec:
+        """The mechanism of this run, validated (its parameters, ε included)."""
+        return self.spec_for(self.epsilon)
 
 
 class VectorsConfig(ReleaseSettings):
@@ -382,14 +395,105 @@ class VectorsConfig(ReleaseSettings):
         return v
 
 
-class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings):
+def parse_grid(v: Any) -> dict[str, list[float]]:
+    """``lambda=0,1 t=0.5`` (or a YAML mapping) → {"lambda": [0.0, 1.0], "t": [0.5]}: each mechanism's own axes."""
+    if v is None or v == "" or v == []:
+        return {}
+    if isinstance(v, dict):
+        return {str(k): [float(x) for x in _comma_list(x)] for k, x in v.items()}
+    parts = v.split() if isinstance(v, str) else [str(x) for x in v]
+    out: dict[str, list[float]] = {}
+    for part in parts:
+        key, sep, values = part.partition("=")
+        if not sep or not key or not values:
+            raise ValueError(f"grid entries are NAME=V1,V2 (e.g. lambda=0,1 t=0.5), got {part!r}")
+        try:
+            out[key] = [float(x) for x in values.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"grid values of {key} must be numbers, got {values!r}") from None
+    return out
+
+
+class GridSettings(Settings):
+    """A grid of mechanism settings: mechanisms × ε × each mechanism's own axes.
+
+    ``--mechanisms laplace,tem,santext --epsilons 1,2,5 --grid lambda=0,1 t=0.5``: every mechanism
+    takes the grid axes that are its parameters (lambda for mahalanobis and vickrey, t for vickrey,
+    beta or gamma for tem) and its defaults for the rest. Without ``--mechanisms`` the grid is
+    today's λ grid of the noise mechanisms (``--lambdas``; λ = 0 is the Laplace mechanism).
+    """
+
+    mechanisms: list[str] | None = Field(
+        default=None,
+        description=f"mechanisms of the grid, comma-separated, from {', '.join(mechanisms.REGISTRY)} "
+        "(default: the λ grid of laplace/mahalanobis)",
+    )
+    grid: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="the mechanisms' own axes, e.g. 'lambda=0,1 t=0.25,0.5 beta=0.001' (each mechanism takes its own)",
+    )
+
+    default_lambdas: ClassVar[tuple[float, ...]] = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+    _mechanisms = before("mechanisms")(lambda cls, v: None if v is None else _comma_list(v))
+    _grid = before("grid")(lambda cls, v: parse_grid(v))
+
+    @after("mechanisms")
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            unknown = [m for m in v if m not in mechanisms.REGISTRY]
+            if unknown or not v:
+                raise ValueError(f"mechanisms must be among {', '.join(mechanisms.REGISTRY)}, got {v}")
+            v = list(dict.fromkeys(v))
+        return v
+
+    @whole
+    def _settings_valid(self) -> None:
+        self.settings()
+
+    def settings(self) -> list[mechanisms.MechanismSpec]:
+        """Every setting of the grid, validated, in a stable order (mechanism, its axes, ε)."""
+        import itertools
+
+        grid = dict(self.grid)
+        if getattr(self, "lambdas", None) is not None:
+            grid.setdefault("lambda", list(self.lambdas))
+        names = self.mechanisms
+        single = getattr(self, "mechanism", None)
+        if names is None and single not in (None, "mahalanobis", "laplace"):
+            names = [single]
+        if names is None:
+            lams = grid.get("lambda", list(self.default_lambdas))
+            chosen = [("laplace", {})] if 0.0 in lams else []
+            chosen += [("mahalanobis", {"lambda": lam}) for lam in lams if lam != 0.0]
+        else:
+            unused = set(grid) - {p for m in names for p in mechanisms.REGISTRY[m].parameter_names()}
+            if unused:
+                raise ValueError(f"grid axes {sorted(unused)} are parameters of none of the mechanisms {names}")
+            chosen = []
+            for name in names:
+                own = [p for p in mechanisms.REGISTRY[name].parameter_names() if p in grid and name != "laplace"]
+                for values in itertools.product(*(grid[p] for p in own)):
+                    chosen.append((name, dict(zip(own, values))))
+        specs = []
+        for name, values in chosen:
+            if name == "mahalanobis" and values.get("lambda") == 0.0:
+                name, values = "laplace", {}  # the same mechanism: one setting, named as the papers do
+            for e in self.epsilons:
+                spec = mechanisms.parse({"name": name, "epsilon": e, **values})
+                if spec not in specs:
+                    specs.append(spec)
+        return specs
+
+
+class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings, GridSettings):
     """Settings of ``dpspark privacy-stats`` (Nw/Sw over a grid of ε and λ)."""
 
     epsilons: list[float] = Field(
         default_factory=lambda: [1.0, 5.0, 10.0, 20.0, 40.0], description="ε grid, comma-separated (1,5,10,20,40)"
     )
-    lambdas: list[float] = Field(
-        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0], description="λ grid, comma-separated (0,0.25,0.5,0.75,1)"
+    lambdas: list[float] | None = Field(
+        default=None, description="λ grid, comma-separated (default 0,0.25,0.5,0.75,1; same as --grid lambda=...)"
     )
     runs: int = Field(default=100, description="K: runs of the mechanism per word (100)")
     words: int = Field(default=500, ge=1, description="number of vocabulary words sampled uniformly (500)")
@@ -408,8 +512,8 @@ class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSetting
         return _sorted_unique(v, epsilon_value, "--epsilons 1,5,10,20,40")
 
     @after("lambdas")
-    def _lambdas(cls, v: list[float]) -> list[float]:
-        return _sorted_unique(v, params.check_lambda, "--lambdas 0,1")
+    def _lambdas(cls, v: list[float] | None) -> list[float] | None:
+        return None if v is None else _sorted_unique(v, params.check_lambda, "--lambdas 0,1")
 
     @after("runs")
     def _runs(cls, v: int) -> int:
@@ -469,7 +573,7 @@ class CalibrateConfig(StatsConfig):
         return self.max_nw_fraction is not None or self.min_sw is not None
 
 
-class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings):
+class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings, GridSettings):
     """What the corpus evaluations share (evaluate-utility, privacy-risk): a Parquet input,
     one text column, and the (ε, λ) grid of the word mechanism to evaluate."""
 
@@ -478,12 +582,15 @@ class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, Index
     epsilons: list[float] = Field(
         default_factory=lambda: [1.0, 2.0, 5.0, 10.0, 20.0], description="ε grid, comma-separated (1,2,5,10,20)"
     )
-    lambdas: list[float] = Field(
-        default_factory=lambda: [0.0, 0.5, 1.0], description="λ grid, comma-separated (0,0.5,1; laplace: 0)"
+    lambdas: list[float] | None = Field(
+        default=None, description="λ grid, comma-separated (default 0,0.5,1; laplace: 0)"
     )
     mechanism: Mechanism = Field(
-        default="mahalanobis", description="mahalanobis (default: every λ of the grid) or laplace (λ = 0 only)"
+        default="mahalanobis",
+        description="mahalanobis (default: every λ of the grid), laplace (λ = 0 only), or one other mechanism "
+        "(or give several with --mechanisms)",
     )
+    default_lambdas: ClassVar[tuple[float, ...]] = (0.0, 0.5, 1.0)
 
     _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
     _epsilons = after("epsilons")(StatsConfig._epsilons.__func__)
@@ -497,7 +604,7 @@ class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, Index
 
     @whole
     def _laplace_grid(self) -> None:
-        if self.mechanism == "laplace" and self.lambdas != [0.0]:
+        if self.mechanism == "laplace" and self.mechanisms is None and self.lambdas != [0.0]:
             raise ValueError(
                 f"the laplace mechanism is λ = 0; got lambdas = {self.lambdas}: pass --lambdas 0, or use "
                 "--mechanism mahalanobis (whose λ = 0 is the Laplace mechanism)"
@@ -628,7 +735,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "overwrite",
     ),
     "text": ("columns", "column", "text_column", "label_column", "oov", "oov_token", "layout", "keep_original"),
-    "mechanism": ("epsilon", "mechanism", "lam", "delta", "beta", "dim", "seed"),
+    "mechanism": ("epsilon", "mechanism", "lam", "t", "beta", "gamma", "delta", "dim", "seed"),
     "bounds": (
         "max_nw_fraction",
         "min_sw",
@@ -638,8 +745,10 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "max_reidentification",
     ),
     "grid and words measured": (
+        "mechanisms",
         "epsilons",
         "lambdas",
+        "grid",
         "runs",
         "words",
         "words_seed",

@@ -33,6 +33,26 @@ def check_epsilon(epsilon: Any) -> float:
     return value
 
 
+# The smallest ε accepted. The noise radius is Gamma(d, 1/ε) (mean d/ε) and the nearest-neighbour
+# search squares it: below about 1e-150 those figures overflow float64 (numpy warns on every
+# executor, --quiet or not) and PrivEmb's noise does the same. Far above that the output has
+# already stopped depending on the input: at ε = 1e-6 the noise is millions of times the length
+# of an embedding vector, so every output word is equally likely. 1e-6 keeps every figure
+# finite with a wide margin and refuses no ε that could give a useful release.
+MIN_EPSILON = 1e-6
+
+
+def epsilon_value(v: Any) -> float:
+    """ε as every model and mechanism takes it: ``check_epsilon`` and at least ``MIN_EPSILON``."""
+    value = check_epsilon(v)
+    if value < MIN_EPSILON:
+        raise ConfigError(
+            f"epsilon must be at least {MIN_EPSILON:g} (below it the noise, of scale 1/ε, no longer depends on the "
+            f"text and overflows float64), got {v!r}"
+        )
+    return value
+
+
 def check_lambda(lam: Any) -> float:
     """λ ∈ [0, 1]: 0 is the Laplace mechanism, 1 the full Mahalanobis one."""
     expected = "in [0, 1] (0 = Laplace, 1 = full Mahalanobis)"

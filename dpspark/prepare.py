@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +20,7 @@ from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
 from dpspark.embeddings import Embeddings, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.geometry import Geometry, geometry
-from dpspark.mechanisms import WordMechanism
+from dpspark.mechanisms import MechanismSpec, Space, WordMechanism, sample_noise
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index, recall_at_1
 from dpspark.rng import secure_generator
 from dpspark.text import TextPerturber
@@ -37,7 +37,8 @@ class Prepared:
     config: PerturbConfig
     embeddings: Embeddings
     vocab_rows: np.ndarray
-    geometry: Geometry
+    spec: MechanismSpec
+    space: Space
     index: NeighbourIndex
     recall: float | None
     recall_queries: int
@@ -45,18 +46,16 @@ class Prepared:
 
     @property
     def mechanism(self) -> WordMechanism:
-        return WordMechanism(self.embeddings.vectors, self.vocab_rows, self.config.epsilon, self.geometry.a, self.index)
+        return self.spec.build(self.space)
 
     def perturber(self) -> TextPerturber:
         c = self.config
-        return TextPerturber(
-            self.mechanism, self.embeddings.word_rows, c.oov, c.oov_token, layout=c.layout
-        )
+        return TextPerturber(self.mechanism, self.embeddings.word_rows, c.oov, c.oov_token, layout=c.layout)
 
     def write_bundle(self, directory: str | Path) -> Path:
         """Write the executor bundle (``dpspark.bundle``) of this run into ``directory``."""
         settings = {
-            "epsilon": self.config.epsilon,
+            "mechanism": self.spec.parameters(),
             "oov": self.config.oov,
             "oov_token": self.config.oov_token,
             "layout": self.config.layout,
@@ -69,22 +68,29 @@ class Prepared:
             self.embeddings,
             settings,
             self.vocab_rows,
-            {self.geometry.lam: self.geometry.a},
+            {lam: self.space.a(lam) for lam in self.spec.lambdas()},
             annoy,
             self.config.embeddings_dir,
         )
 
     def manifest_fields(self) -> dict:
         """Mechanism, embedding, vocabulary and index facts for the run manifest (no text, no key)."""
-        c, g = self.config, self.geometry
+        c, facts = self.config, self.spec.facts(self.space)
+        noise = {}
+        if "lambda" in self.spec.axes():  # the noise family: Lemma 2's Euclidean bound
+            g = self.space.geometry(self.spec.axes()["lambda"])
+            noise = {"euclidean_epsilon_bound": g.euclidean_epsilon(c.epsilon), "xi_min": g.xi_min}
         return {
             "mechanism": c.mechanism,
             "epsilon": c.epsilon,
-            "lambda": g.lam,
-            "euclidean_epsilon_bound": g.euclidean_epsilon(c.epsilon),
-            "xi_min": g.xi_min,
-            "guarantee": guarantee_text(c, g),
-            "outside_guarantee": outside_guarantee(c),
+            **self.spec.axes(),
+            **noise,
+            "mechanism_parameters": facts["parameters"],
+            "guarantee_type": facts["guarantee_type"],
+            "guarantee_type_meaning": facts["guarantee_type_meaning"],
+            "paper": facts["paper"],
+            "guarantee": guarantee_text(c, facts["guarantee"]),
+            "outside_guarantee": [*facts["outside_guarantee"], *outside_guarantee(c)],
             "embeddings": {
                 "name": self.embeddings.name,
                 "sha256": self.embeddings.sha256,
@@ -134,19 +140,15 @@ def outside_guarantee(c: PerturbConfig) -> list[str]:
     return notes
 
 
-def guarantee_text(c: PerturbConfig, g: Geometry) -> str:
-    """The guarantee in words; it says plainly when an opt-in makes the output not private."""
+def guarantee_text(c: PerturbConfig, mechanism: str) -> str:
+    """The guarantee in words (``mechanism``: the spec's sentence for one token, with its numbers);
+    it says plainly when an opt-in makes the output not private."""
     if c.keep_original:
         return (
             "NONE: THIS OUTPUT IS NOT PRIVATE. keep_original wrote the raw text beside the perturbed text "
             "(<column>_original), so the output discloses the input verbatim."
         )
-    text = (
-        f"For any two texts of equal length n (in tokens) and any output, the probabilities differ by at most a "
-        f"factor exp({c.epsilon:g} * sum_i ||phi(w_i) - phi(w'_i)||_RM) with lambda = {g.lam:g}; in Euclidean "
-        f"terms at most exp({g.euclidean_epsilon(c.epsilon):.4g} * sum_i ||phi(w_i) - phi(w'_i)||_2). The token "
-        "count is public. Out-of-vocabulary tokens are not covered: see the OOV policy."
-    )
+    text = f"{mechanism} The token count is public. Out-of-vocabulary tokens are not covered: see the OOV policy."
     if c.layout != "single":
         text += f" Layout {c.layout!r} publishes whitespace the guarantee does not cover (see outside_guarantee)."
     if c.oov == "keep":
@@ -191,10 +193,7 @@ def prepare(
             f"a vocabulary of {len(rows)} words cannot give a positive-definite covariance in {emb.dim} "
             f"dimensions: use at least {emb.dim + 1} words (--vocab-size)"
         )
-    t0 = time.perf_counter()
-    geo = geometry(emb.vectors[rows], config.lambda_)
-    timings["covariance_s"] = time.perf_counter() - t0
-
+    spec = config.spec
     t0 = time.perf_counter()
     exact = exact_index(emb.vectors[rows])
     index: NeighbourIndex = exact
@@ -206,6 +205,12 @@ def prepare(
             emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k
         )
     timings["index_build_s"] = time.perf_counter() - t0
+    space = Space(emb.vectors, rows, index)
+    t0 = time.perf_counter()
+    noise_lambda = {spec.axes()["lambda"]} if "lambda" in spec.axes() else set()
+    for lam in sorted(spec.lambdas() | noise_lambda):
+        space.geometry(lam)  # Σ and A once, on the driver (also refuses a degenerate Σ early)
+    timings["covariance_s"] = time.perf_counter() - t0
 
     recall, n_q = None, 0
     if config.nn == "exact":
@@ -216,8 +221,10 @@ def prepare(
         t0 = time.perf_counter()
         rng = secure_generator()
         sample = rows[rng.integers(0, len(rows), config.recall_queries)]
-        mech = WordMechanism(emb.vectors, rows, config.epsilon, geo.a, index)
-        recall, n_q = recall_at_1(index, exact, mech.noisy_points(sample, rng)), config.recall_queries
+        noisy = emb.vectors[sample] + sample_noise(
+            len(sample), emb.dim, config.epsilon, rng, space.a(spec.axes().get("lambda", 0.0))
+        )
+        recall, n_q = recall_at_1(index, exact, noisy), config.recall_queries
         timings["recall_s"] = time.perf_counter() - t0
         if recall < AGREEMENT_BAR:
             log.warning(
@@ -228,4 +235,55 @@ def prepare(
                 config.epsilon,
                 100 * AGREEMENT_BAR,
             )
-    return Prepared(config, emb, rows, geo, index, recall, n_q, timings)
+    return Prepared(config, emb, rows, spec, space, index, recall, n_q, timings)
+
+
+@dataclass
+class Grid:
+    """The driver's preparation for a grid of settings (privacy-stats, privacy-risk): the embedding,
+    the vocabulary, the Space (Σ and A for every λ the grid needs) and the search index, once."""
+
+    embeddings: Embeddings
+    vocab_rows: np.ndarray
+    specs: list[MechanismSpec]
+    space: Space
+    annoy: AnnoyIndex | None
+
+    def settings(self) -> dict:
+        """The bundle's settings: the list of specs (the items name them by position) and the index."""
+        return {
+            "settings": [spec.parameters() for spec in self.specs],
+            "nn": "annoy" if self.annoy else "exact",
+            "nn_params": self.annoy.params() if self.annoy else {},
+        }
+
+    def write_bundle(self, directory: str | Path, embeddings_dir: str | None = None) -> Path:
+        lams = sorted({lam for spec in self.specs for lam in spec.lambdas()})
+        annoy = self.annoy.path if self.annoy else None
+        a_by = {lam: self.space.a(lam) for lam in lams}
+        return save_bundle(directory, self.embeddings, self.settings(), self.vocab_rows, a_by, annoy, embeddings_dir)
+
+    def mechanisms(self) -> list[WordMechanism]:
+        return [spec.build(self.space) for spec in self.specs]
+
+    def facts(self) -> list[dict]:
+        """Each setting's facts (``MechanismSpec.facts``), for the manifest."""
+        return [spec.facts(self.space) for spec in self.specs]
+
+
+def prepare_grid(config: Any, specs: list[MechanismSpec], workdir: str | Path) -> Grid:
+    """Load the embedding, choose the vocabulary, compute Σ and A for every λ of ``specs`` and build
+    the index: what every grid command needs, prepared one way."""
+    emb = config.load_embeddings()
+    vocab_words = read_word_list(config.vocab_file) if config.vocab_file else None
+    rows = select_vocabulary(emb, config.vocab_size, vocab_words)
+    annoy = None
+    if config.nn == "annoy":
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        annoy = AnnoyIndex.build(
+            emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k
+        )
+    space = Space(emb.vectors, rows, annoy)
+    for lam in sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()}):
+        space.geometry(lam)  # refuses a degenerate Σ before any Spark work
+    return Grid(emb, rows, list(specs), space, annoy)

@@ -12,46 +12,124 @@ import pyarrow as pa
 
 from dpspark.stats import PERCENTILES, summarise
 
+SYMBOLS = {"lambda": "λ", "beta": "β", "gamma": "γ"}
 
-def grid(table: pa.Table) -> dict[tuple[float, float], tuple[np.ndarray, np.ndarray, int]]:
-    """(ε, λ) → (Nw per word, Sw per word, K) from a per_word table."""
-    e = np.asarray(table.column("epsilon")), np.asarray(table.column("lambda"))
+
+def axis_names() -> list[str]:
+    """The grid axes of every registered mechanism besides ε (``lambda`` first): one column each."""
+    from dpspark.mechanisms import REGISTRY
+
+    names = {p for spec in REGISTRY.values() for p in spec.parameter_names()}
+    return sorted(names, key=lambda n: (n != "lambda", n))
+
+
+def series_label(mechanism: str, axes: dict[str, float | None]) -> str:
+    """A setting without its ε, as tables and legends name it: ``laplace``, ``mahalanobis λ=0.5``."""
+    shown = [f"{SYMBOLS.get(k, k)}={v:g}" for k, v in axes.items() if v is not None]
+    if mechanism == "laplace":
+        shown = []
+    return " ".join([mechanism, *shown])
+
+
+def series_of(table: pa.Table) -> list[str]:
+    """Each row's series. Tables written before the mechanism column are of the noise family:
+    λ = 0 is the Laplace mechanism, λ > 0 Mahalanobis."""
+    lams = table.column("lambda").to_pylist()
+    if "mechanism" not in table.column_names:
+        return [series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam}) for lam in lams]
+    axes = [a for a in axis_names() if a in table.column_names]
+    values = [table.column(a).to_pylist() for a in axes]
+    return [
+        series_label(m, {a: v[i] for a, v in zip(axes, values)})
+        for i, m in enumerate(table.column("mechanism").to_pylist())
+    ]
+
+
+def series_order(table: pa.Table) -> list[str]:
+    """The series in a stable order: the registry's order of mechanisms, then their axes."""
+    from dpspark.mechanisms import REGISTRY
+
+    order = list(REGISTRY)
+    return sorted(set(series_of(table)), key=lambda s: (order.index(s.split()[0]) if s.split()[0] in order else 99, s))
+
+
+def grid(table: pa.Table) -> dict[tuple[float, str], tuple[np.ndarray, np.ndarray, int]]:
+    """(ε, series) → (Nw per word, Sw per word, K) from a per_word table."""
+    e = np.asarray(table.column("epsilon"))
+    series = np.asarray(series_of(table), dtype=object)
     nw, sw, runs = (np.asarray(table.column(c)) for c in ("nw", "sw", "runs"))
     out = {}
-    for key in sorted(set(zip(e[0].tolist(), e[1].tolist()))):
-        m = (e[0] == key[0]) & (e[1] == key[1])
+    for key in sorted(set(zip(e.tolist(), series.tolist()))):
+        m = (e == key[0]) & (series == key[1])
         out[key] = (nw[m], sw[m], int(runs[m][0]))
     return out
 
 
+def _exact_means(table: pa.Table) -> dict[tuple[float, str], tuple[float, float]]:
+    """(ε, series) → (mean exact E[Nw], mean exact E[Sw]) where the table has exact figures."""
+    if "exact_nw" not in table.column_names:
+        return {}
+    e, series = table.column("epsilon").to_pylist(), series_of(table)
+    acc: dict[tuple[float, str], list[list[float]]] = {}
+    for i, (xn, xs) in enumerate(zip(table.column("exact_nw").to_pylist(), table.column("exact_sw").to_pylist())):
+        if xn is not None:
+            acc.setdefault((e[i], series[i]), []).append([xn, xs])
+    return {k: tuple(np.mean(v, axis=0)) for k, v in acc.items()}
+
+
 def summary_rows(table: pa.Table) -> list[dict]:
+    exact = _exact_means(table)
+    rows = []
+    for (e, series), (nw, sw, k) in grid(table).items():
+        m = series.split()[0]
+        lam = 0.0 if m == "laplace" else next((float(x[2:]) for x in series.split() if x.startswith("λ=")), None)
+        row = {"mechanism": m, "setting": series, "epsilon": e, "lambda": lam, "runs": k, **summarise(nw, sw)}
+        row["exact_nw_mean"], row["exact_sw_mean"] = exact.get((e, series), (None, None))
+        rows.append(row)
+    return rows
+
+
+def guarantee_note(mechanism_names: list[str]) -> list[str]:
+    """The sentence under every table that mixes guarantee types: their ε is not one scale."""
+    from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY
+
+    types = sorted({REGISTRY[m].guarantee_type for m in mechanism_names if m in REGISTRY})
+    if len(types) < 2:
+        kind = types[0] if types else "metric"
+        return [f"Every setting here has the same guarantee type ({kind}: {GUARANTEE_TYPES[kind]}).", ""]
     return [
-        {"epsilon": e, "lambda": lam, "runs": k, **summarise(nw, sw)} for (e, lam), (nw, sw, k) in grid(table).items()
+        "ε of different guarantee types is not one scale: "
+        + "; ".join(f"{t}: {GUARANTEE_TYPES[t]}" for t in types)
+        + ". Compare them on the empirical figures (Nw, Sw, re-identification, utility), not on ε.",
+        "",
     ]
 
 
 def write_summary(table: pa.Table, out_dir: Path) -> list[dict]:
-    """Write summary.csv (one row per (ε, λ)) and summary.md (Tables like Xu et al.)."""
+    """Write summary.csv (one row per setting) and summary.md (Tables like Xu et al.: a row per
+    mechanism and its own parameters, a column per ε)."""
     rows = summary_rows(table)
     with open(out_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     eps = sorted({r["epsilon"] for r in rows})
-    lams = sorted({r["lambda"] for r in rows})
-    by = {(r["epsilon"], r["lambda"]): r for r in rows}
+    order = series_order(table)
+    by = {(r["epsilon"], r["setting"]): r for r in rows}
     k = rows[0]["runs"]
     words = rows[0]["words"]
+    missing = "–"
 
     def table_md(title: str, cell) -> list[str]:  # noqa: ANN001
         lines = [
             f"### {title}",
             "",
-            "| λ \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
+            "| setting \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
             "|---|" + "---|" * len(eps),
         ]
-        for lam in lams:
-            lines.append(f"| {lam:g} | " + " | ".join(cell(by[(e, lam)]) for e in eps) + " |")
+        for series in order:
+            cells = [cell(by[(e, series)]) if (e, series) in by else missing for e in eps]
+            lines.append(f"| {series} | " + " | ".join(cells) + " |")
         return [*lines, ""]
 
     md = [f"# Privacy statistics: {words} words, K = {k} runs each", ""]
@@ -66,6 +144,12 @@ def write_summary(table: pa.Table, out_dir: Path) -> list[dict]:
     md += table_md("Nw percentiles 5 / 50 / 95", lambda r: " / ".join(f"{r[f'nw_p{p}']:g}" for p in PERCENTILES))
     md += table_md("Sw percentiles 5 / 50 / 95", lambda r: " / ".join(f"{r[f'sw_p{p}']:g}" for p in PERCENTILES))
     md += table_md("Worst case: max Nw / min Sw", lambda r: f"{r['nw_max']:g} / {r['sw_min']:g}")
+    if any(r["exact_nw_mean"] is not None for r in rows):
+        md += table_md(
+            "Exact E[Nw] / E[Sw] from the closed form (mean over words; Sw counts the word itself)",
+            lambda r: missing if r["exact_nw_mean"] is None else f"{r['exact_nw_mean']:.2f} / {r['exact_sw_mean']:.2f}",
+        )
+    md += guarantee_note(sorted({r["mechanism"] for r in rows}))
     md += [
         "Smaller Nw (the word survives less often) and larger Sw (it turns into more distinct words) "
         "mean more plausible deniability.",
@@ -130,7 +214,7 @@ def percentiles_figure(table: pa.Table, vocab_size: int | None = None, embedding
     every panel on the same 0–K scale."""
     g = grid(table)
     eps = sorted({e for e, _ in g})
-    lams = sorted({lam for _, lam in g})
+    lams = series_order(table)
     k = next(iter(g.values()))[2]
     words = len(next(iter(g.values()))[0])
     label = axis_labels(k)
@@ -139,7 +223,8 @@ def percentiles_figure(table: pa.Table, vocab_size: int | None = None, embedding
         for col, p in enumerate(PERCENTILES):
             ax = axes[row][col]
             for lam in lams:
-                ax.plot(eps, [np.percentile(g[(e, lam)][idx], p) for e in eps], marker="o", label=f"λ = {lam:g}")
+                pts = [e for e in eps if (e, lam) in g]
+                ax.plot(pts, [np.percentile(g[(e, lam)][idx], p) for e in pts], marker="o", label=lam)
             epsilon_axis(ax, eps)
             ax.tick_params(labelbottom=True, labelleft=True)  # every panel keeps its scale when shared
             ax.set_ylabel(label[name], fontsize=8)
@@ -147,7 +232,7 @@ def percentiles_figure(table: pa.Table, vocab_size: int | None = None, embedding
             ax.set_title(f"{name}, {p}th percentile over words")
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    legend_below(fig, handles, labels, "λ (0: Laplace)")
+    legend_below(fig, handles, labels, "setting")
     fig.suptitle(
         f"Nw and Sw percentiles against ε\n{about(k, words, vocab_size, embedding)}\n"
         "Smaller Nw and larger Sw: more plausible deniability"
@@ -160,7 +245,7 @@ def histograms_figure(table: pa.Table, vocab_size: int | None = None, embedding:
     in its own colour, every panel on the same axes (0–K, count of words)."""
     g = grid(table)
     eps = sorted({e for e, _ in g})
-    lams = sorted({lam for _, lam in g})
+    lams = series_order(table)
     k = next(iter(g.values()))[2]
     words = len(next(iter(g.values()))[0])
     label = axis_labels(k)
@@ -171,6 +256,8 @@ def histograms_figure(table: pa.Table, vocab_size: int | None = None, embedding:
         for col, (name, idx) in enumerate((("Nw", 0), ("Sw", 1))):
             ax = axes[row][col]
             for i, lam in enumerate(lams):
+                if (e, lam) not in g:
+                    continue
                 color = f"C{i % 10}"
                 ax.hist(g[(e, lam)][idx], bins=bins, histtype="stepfilled", color=color, alpha=0.15)
                 ax.hist(
@@ -180,7 +267,7 @@ def histograms_figure(table: pa.Table, vocab_size: int | None = None, embedding:
                     color=color,
                     linewidth=1.8,
                     linestyle=styles[i % len(styles)],
-                    label=f"λ = {lam:g}",
+                    label=lam,
                 )
             ax.set_xlim(0, k)
             ax.tick_params(labelbottom=True, labelleft=True)  # every panel keeps its scale when shared
@@ -189,7 +276,7 @@ def histograms_figure(table: pa.Table, vocab_size: int | None = None, embedding:
             ax.set_title(f"{name} at ε = {e:g}")
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    legend_below(fig, handles, labels, "λ (0: Laplace)")
+    legend_below(fig, handles, labels, "setting")
     fig.suptitle(f"Distribution of Nw and Sw over words\n{about(k, words, vocab_size, embedding)}")
     return fig
 
@@ -207,9 +294,9 @@ def write_plots(
 
 def calibration_md(result: dict, bounds_text: str) -> str:
     lines = ["# Calibration", "", f"Bounds: {bounds_text}.", ""]
-    for r in result["per_lambda"]:
+    for r in result["per_setting"]:
         chosen = "none" if r["epsilon"] is None else f"{r['epsilon']:g}"
-        lines.append(f"## λ = {r['lambda']:g}: largest ε meeting the bounds = {chosen}")
+        lines.append(f"## {r['setting']}: largest ε meeting the bounds = {chosen}")
         lines.append("")
         lines.append("| ε | Nw statistic | Sw statistic | K | meets |")
         lines.append("|---|---|---|---|---|")
@@ -221,11 +308,12 @@ def calibration_md(result: dict, bounds_text: str) -> str:
         lines.append("")
     best = result["best"]
     if best is None:
-        lines.append("**No ε in the grid meets these bounds for any λ.** Try smaller ε values or looser bounds.")
+        lines.append("**No ε in the grid meets these bounds for any setting.** Try smaller ε values or looser bounds.")
     else:
         lines.append(
-            f"**Choice: λ = {best['lambda']:g}, ε = {best['epsilon']:g}** — the λ that admits the largest ε "
-            "(on a tie, the larger λ: elliptical noise gives lower Nw at equal ε, Xu et al. Tables 1–4)."
+            f"**Choice: {best['setting']}, ε = {best['epsilon']:g}** — the setting that admits the largest ε "
+            "(on a tie, the larger λ: elliptical noise gives lower Nw at equal ε, Xu et al. Tables 1–4). "
+            "Between mechanisms of different guarantee types ε is not one scale: compare their Nw and Sw."
         )
     return "\n".join(lines) + "\n"
 

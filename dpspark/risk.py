@@ -33,7 +33,7 @@ job (``dpspark.spark.risk``) computes the same numbers with DataFrames.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -42,14 +42,15 @@ FIT_HALF, SCORE_HALF = 0, 1
 TOP = 5
 RATES = ("top1", "top5", "unchanged")
 
-Counts = Mapping[tuple[float, float, int, int], int]  # (ε, λ, w, u) → count
+Counts = Mapping[tuple[int, int, int], int]  # (setting, w, u) → count
 
 
-def guesses(fit: Counts, prior: Mapping[int, float], top: int = TOP) -> dict[tuple[float, float, int], list[int]]:
-    """(ε, λ, u) → the attacker's ``top`` guesses, best first: w by prior(w)·count(w → u), ties to the smaller row."""
-    ranked: dict[tuple[float, float, int], list[tuple[float, int]]] = {}
-    for (e, lam, w, u), c in fit.items():
-        ranked.setdefault((e, lam, u), []).append((-prior[w] * c, w))
+def guesses(fit: Counts, prior: Mapping[int, float], top: int = TOP) -> dict[tuple[int, int], list[int]]:
+    """(setting, u) → the attacker's ``top`` guesses, best first: w by prior(w)·count(w → u), ties to the
+    smaller row."""
+    ranked: dict[tuple[int, int], list[tuple[float, int]]] = {}
+    for (s, w, u), c in fit.items():
+        ranked.setdefault((s, u), []).append((-prior[w] * c, w))
     return {k: [w for _, w in sorted(v)[:top]] for k, v in ranked.items()}
 
 
@@ -59,30 +60,30 @@ def reidentification(
     prior: Mapping[int, float],
     sensitive: set[int] | frozenset[int] = frozenset(),
     top: int = TOP,
-) -> dict[tuple[float, float], dict[str, float]]:
-    """Per (ε, λ): the shares of tokens recovered top-1 / top-``top`` and released unchanged,
+) -> dict[int, dict[str, float]]:
+    """Per setting: the shares of tokens recovered top-1 / top-``top`` and released unchanged,
     overall and over ``sensitive`` words, fitted on ``fit`` and scored on ``score``.
 
     Args:
-        fit, score: (ε, λ, w, u) → count over independent runs (the two halves).
+        fit, score: (setting, w, u) → count over independent runs (the two halves).
         prior: corpus word (embedding row) → its number of tokens.
         sensitive: embedding rows of the sensitive words.
     """
     guess = guesses(fit, prior, top)
-    runs: dict[tuple[float, float, int], int] = {}
-    for (e, lam, w, _), c in score.items():
-        runs[(e, lam, w)] = runs.get((e, lam, w), 0) + c
-    acc: dict[tuple[float, float], np.ndarray] = {}
-    for (e, lam, w, u), c in score.items():
-        g = guess.get((e, lam, u), [u])
-        share = prior[w] * c / runs[(e, lam, w)]
+    runs: dict[tuple[int, int], int] = {}
+    for (s, w, _), c in score.items():
+        runs[(s, w)] = runs.get((s, w), 0) + c
+    acc: dict[int, np.ndarray] = {}
+    for (s, w, u), c in score.items():
+        g = guess.get((s, u), [u])
+        share = prior[w] * c / runs[(s, w)]
         hits = np.array([w in g[:1], w in g[:top], u == w], dtype=np.float64) * share
         row = np.concatenate([[share], hits, [share if w in sensitive else 0.0], hits * (w in sensitive)])
-        acc[(e, lam)] = acc.get((e, lam), 0.0) + row
-    nw: dict[tuple[float, float], dict[int, int]] = {}
+        acc[s] = acc.get(s, 0.0) + row
+    nw: dict[int, dict[int, int]] = {}
     for counts in (fit, score):
-        for (e, lam, w, u), c in counts.items():
-            d = nw.setdefault((e, lam), {})
+        for (s, w, u), c in counts.items():
+            d = nw.setdefault(s, {})
             d[w] = d.get(w, 0) + (c if u == w else 0)
     return {key: finish(acc[key], float(np.mean(list(nw[key].values())))) for key in acc}
 
@@ -96,11 +97,27 @@ def finish(sums: np.ndarray | list[float], nw_mean: float) -> dict[str, float]:
     return out
 
 
+def setting_of(row: dict) -> str:
+    """The row's setting without ε (``report.series_label``); rows without one are the noise family's λ."""
+    if row.get("setting"):
+        return row["setting"]
+    from dpspark.report import series_label
+
+    return series_label("laplace" if row["lambda"] == 0 else "mahalanobis", {"lambda": row["lambda"]})
+
+
 def summary_md(rows: list[dict], title: str, notes: list[str]) -> str:
-    """Tables rows λ, columns ε of every share (as percentages) and of the mean Nw."""
+    """Tables with a row per setting (mechanism and its own parameters), columns ε, of every share (as
+    percentages) and of the mean Nw."""
+    from dpspark.report import guarantee_note
+
     eps = sorted({r["epsilon"] for r in rows})
-    lams = sorted({r["lambda"] for r in rows})
-    by = {(r["epsilon"], r["lambda"]): r for r in rows}
+    lams = list(dict.fromkeys(setting_of(r) for r in rows))
+    by = {(r["epsilon"], setting_of(r)): r for r in rows}
+
+    def cells(lam: str, text: Callable[[dict], str]) -> str:
+        return " | ".join(text(by[(e, lam)]) if (e, lam) in by else "–" for e in eps)
+
     lines = [f"# {title}", "", *notes, ""]
     names = [
         ("top1", "tokens recovered, top-1 guess (%)"),
@@ -113,16 +130,17 @@ def summary_md(rows: list[dict], title: str, notes: list[str]) -> str:
         lines += [
             f"## {text}",
             "",
-            "| λ \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
+            "| setting \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
             "|---|" + "---|" * len(eps),
         ]
         for lam in lams:
-            lines.append(f"| {lam:g} | " + " | ".join(f"{100 * by[(e, lam)][key]:.2f}" for e in eps) + " |")
+            lines.append(f"| {lam} | " + cells(lam, lambda r: f"{100 * r[key]:.2f}") + " |")  # noqa: B023
         lines.append("")
     lines += [f"## mean Nw over corpus words (out of K = {rows[0]['runs']})", ""]
-    lines += ["| λ \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |", "|---|" + "---|" * len(eps)]
+    lines += ["| setting \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |", "|---|" + "---|" * len(eps)]
     for lam in lams:
-        lines.append(f"| {lam:g} | " + " | ".join(f"{by[(e, lam)]['nw_mean']:.2f}" for e in eps) + " |")
+        lines.append(f"| {lam} | " + cells(lam, lambda r: f"{r['nw_mean']:.2f}") + " |")
+    lines += ["", *guarantee_note(sorted({setting_of(r).split()[0] for r in rows}))]
     return "\n".join(lines) + "\n"
 
 
@@ -141,14 +159,12 @@ def figure(  # noqa: ANN201
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2, sharey=True)
     eps = sorted({r["epsilon"] for r in rows})
-    for lam in sorted({r["lambda"] for r in rows}):
-        pts = sorted((r for r in rows if r["lambda"] == lam), key=lambda r: r["epsilon"])
+    for lam in dict.fromkeys(setting_of(r) for r in rows):
+        pts = sorted((r for r in rows if setting_of(r) == lam), key=lambda r: r["epsilon"])
         x = [r["epsilon"] for r in pts]
-        line = axes[0].plot(x, [r["top1"] for r in pts], marker="o", label=f"λ = {lam:g}, top-1 guess")[0]
-        axes[0].plot(
-            x, [r["top5"] for r in pts], linestyle="--", color=line.get_color(), label=f"λ = {lam:g}, among top-5"
-        )
-        axes[1].plot(x, [r["unchanged"] for r in pts], marker="o", label=f"λ = {lam:g}")
+        line = axes[0].plot(x, [r["top1"] for r in pts], marker="o", label=f"{lam}, top-1 guess")[0]
+        axes[0].plot(x, [r["top5"] for r in pts], linestyle="--", color=line.get_color(), label=f"{lam}, among top-5")
+        axes[1].plot(x, [r["unchanged"] for r in pts], marker="o", label=lam)
     panels = (
         ("share of tokens the attacker recovers", "recovered tokens (share of corpus tokens with a vector, 0–1)"),
         ("share of tokens released unchanged", "unchanged tokens (share of corpus tokens with a vector, 0–1)"),
@@ -181,6 +197,7 @@ def write_plot(
     vocab_size: int | None = None,
     embedding: str | None = None,
 ) -> str:
-    """``reidentification.png``: recovered shares (top-1 solid, top-5 dashed) and unchanged share against ε per λ."""
+    """``reidentification.png``: recovered shares (top-1 solid, top-5 dashed) and unchanged share against ε,
+    per setting."""
     figure(rows, words, vocab_size, embedding).savefig(out_dir / "reidentification.png", dpi=110)
     return "reidentification.png"

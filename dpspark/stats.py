@@ -6,7 +6,8 @@ outputs} (how many words it hides among). Smaller Nw and larger Sw mean more pla
 deniability. Calibration picks, for each λ, the largest ε whose worst case (or a chosen
 percentile) still meets the user's bounds, and the λ that admits the largest ε.
 
-Work is cut into *items* (ε, λ, a chunk of words, a block of runs). Item i draws its
+Work is cut into *items* (a setting: mechanism, ε and its own parameters; a chunk of words; a
+block of runs). Item i draws its
 noise from ``batch_generator(job key, i, 0)``, so the distributed computation and the
 plain numpy one (``compute_counts``) give identical numbers for the same key.
 """
@@ -14,14 +15,13 @@ plain numpy one (``compute_counts``) give identical numbers for the same key.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.mechanisms import WordMechanism
-from dpspark.neighbours import NeighbourIndex
-from dpspark.params import check_epsilon, check_lambda
+from dpspark.mechanisms import MechanismSpec, WordMechanism
 from dpspark.rng import batch_generator
 
 PERCENTILES = (5, 50, 95)
@@ -29,7 +29,8 @@ PERCENTILES = (5, 50, 95)
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One unit of work: ``runs`` draws of each word in ``rows`` at (epsilon, lam).
+    """One unit of work: ``runs`` draws of each word in ``rows`` under setting number ``setting``
+    (an index into the run's list of mechanism specs).
 
     ``block`` numbers the item's block of runs among a word's K runs (0 when all K are
     one block): the re-identification estimate fits its attack on block 0 and scores it
@@ -37,69 +38,61 @@ class WorkItem:
     """
 
     item: int
-    epsilon: float
-    lam: float
+    setting: int
     rows: tuple[int, ...]
     runs: int
     block: int = 0
 
 
-def validate_grid(epsilons: list[float], lambdas: list[float], runs: int) -> None:
-    if not epsilons:
-        raise ConfigError("epsilons: the grid is empty; give at least one ε, e.g. --epsilons 1,5,10,20,40")
-    if not lambdas:
-        raise ConfigError("lambdas: the grid is empty; give at least one λ, e.g. --lambdas 0,1")
-    for e in epsilons:
-        check_epsilon(e)
-    for lam in lambdas:
-        check_lambda(lam)
+def validate_runs(runs: int) -> None:
     if runs < 2:
         raise ConfigError(f"runs: K must be at least 2 to say anything about Nw and Sw, got {runs}")
 
 
 def plan(
-    epsilons: list[float],
-    lambdas: list[float],
+    settings: Sequence[MechanismSpec],
     rows: np.ndarray,
     runs: int,
     words_per_item: int = 50,
     runs_per_item: int | None = None,
 ) -> list[WorkItem]:
-    """Cut the grid × words × runs into items (deterministic order: the item number keys the noise)."""
-    validate_grid(epsilons, lambdas, runs)
+    """Cut the settings × words × runs into items (deterministic order: the item number keys the noise)."""
+    if not settings:
+        raise ConfigError("the grid is empty: give at least one mechanism and one ε")
+    validate_runs(runs)
     block = runs if runs_per_item is None else max(1, min(runs, runs_per_item))
     items: list[WorkItem] = []
-    for e in epsilons:
-        for lam in lambdas:
-            for s in range(0, len(rows), words_per_item):
-                chunk = tuple(int(r) for r in rows[s : s + words_per_item])
-                for r0 in range(0, runs, block):
-                    items.append(WorkItem(len(items), float(e), float(lam), chunk, min(block, runs - r0), r0 // block))
+    for s in range(len(settings)):
+        for start in range(0, len(rows), words_per_item):
+            chunk = tuple(int(r) for r in rows[start : start + words_per_item])
+            for r0 in range(0, runs, block):
+                items.append(WorkItem(len(items), s, chunk, min(block, runs - r0), r0 // block))
     return items
 
 
 def item_counts(
-    item: WorkItem, job_key: bytes, vectors: np.ndarray, vocab_rows: np.ndarray, a: np.ndarray, index: NeighbourIndex
-) -> list[tuple[tuple[float, float, int, int], int]]:
-    """Draw one item and return ((ε, λ, word row, output row), count) pairs.
+    item: WorkItem, job_key: bytes, mechanisms: Sequence[WordMechanism]
+) -> list[tuple[tuple[int, int, int], int]]:
+    """Draw one item and return ((setting, word row, output row), count) pairs.
 
-    All K·n draws of the item are one vectorized call: each word's K noisy copies are
-    rows of one batch of queries for the blocked exact search.
+    All K·n draws of the item are one call of the mechanism's ``sample_copies`` (the noise
+    family: each word's K noisy copies are one batch of queries for the blocked exact search;
+    the exponential family: one distance row per word).
     """
-    mech = WordMechanism(vectors, vocab_rows, item.epsilon, a, index)
+    mech = mechanisms[item.setting]
     rows = np.asarray(item.rows, dtype=np.int64)
     rng = batch_generator(job_key, item.item, 0)
-    out = vocab_rows[mech.perturb_copies(rows, item.runs, rng).ravel()]
+    out = mech.vocab_rows[mech.sample_copies(rows, item.runs, rng).ravel()]
     src = np.repeat(rows, item.runs)
     pairs, counts = np.unique(np.stack([src, out]), axis=1, return_counts=True)
-    return [((item.epsilon, item.lam, int(w), int(o)), int(c)) for (w, o), c in zip(pairs.T, counts)]
+    return [((item.setting, int(w), int(o)), int(c)) for (w, o), c in zip(pairs.T, counts)]
 
 
-def per_word(counts: dict[tuple[float, float, int, int], int]) -> dict[tuple[float, float, int], tuple[int, int, int]]:
-    """From ((ε, λ, w, ŵ) → count) to ((ε, λ, w) → (Nw, Sw, runs))."""
-    result: dict[tuple[float, float, int], list[int]] = {}
-    for (e, lam, w, o), c in counts.items():
-        acc = result.setdefault((e, lam, w), [0, 0, 0])
+def per_word(counts: dict[tuple[int, int, int], int]) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """From ((setting, w, ŵ) → count) to ((setting, w) → (Nw, Sw, runs))."""
+    result: dict[tuple[int, int], list[int]] = {}
+    for (s, w, o), c in counts.items():
+        acc = result.setdefault((s, w), [0, 0, 0])
         acc[0] += c if o == w else 0
         acc[1] += 1
         acc[2] += c
@@ -107,19 +100,35 @@ def per_word(counts: dict[tuple[float, float, int, int], int]) -> dict[tuple[flo
 
 
 def compute_counts(
-    items: list[WorkItem],
-    job_key: bytes,
-    vectors: np.ndarray,
-    vocab_rows: np.ndarray,
-    a_by_lambda: dict[float, np.ndarray],
-    index: NeighbourIndex,
-) -> dict[tuple[float, float, int, int], int]:
+    items: list[WorkItem], job_key: bytes, mechanisms: Sequence[WordMechanism]
+) -> dict[tuple[int, int, int], int]:
     """The plain numpy computation (reference for the Spark job, and small runs)."""
-    total: dict[tuple[float, float, int, int], int] = {}
+    total: dict[tuple[int, int, int], int] = {}
     for it in items:
-        for key, c in item_counts(it, job_key, vectors, vocab_rows, a_by_lambda[it.lam], index):
+        for key, c in item_counts(it, job_key, mechanisms):
             total[key] = total.get(key, 0) + c
     return total
+
+
+def exact_nw_sw(mechanism: WordMechanism, rows: np.ndarray, runs: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """E[Nw] and E[Sw] of K = ``runs`` runs from the mechanism's closed form, or None without one.
+
+    E[Nw] = K·p(w|w); E[Sw] = Σ_y [1 − (1 − p(y|w))^K], counting w itself among the distinct
+    outputs (the MLDP benchmark's Sw leaves w out). Words outside W have p(w|w) = 0.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    nw, sw = np.zeros(len(rows)), np.zeros(len(rows))
+    pos, found = mechanism.space.positions(rows)
+    step = mechanism.space.block
+    for start in range(0, len(rows), step):
+        p = mechanism.distribution(rows[start : start + step])
+        if p is None:
+            return None
+        part = slice(start, start + step)
+        nw[part] = runs * np.where(found[part], p[np.arange(len(p)), np.maximum(pos[part], 0)], 0.0)
+        # 1 − (1 − p)^K without cancellation: −expm1(K·log1p(−p)).
+        sw[part] = -np.expm1(runs * np.log1p(-np.minimum(p, 1.0))).sum(axis=1)
+    return nw, sw
 
 
 def sample_words(vocab_rows: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
@@ -195,31 +204,46 @@ class Bounds:
         return ok_nw and ok_sw
 
 
-def calibrate(table: dict[tuple[float, float], tuple[np.ndarray, np.ndarray, int]], bounds: Bounds) -> dict:
-    """For each λ the largest ε of the grid meeting ``bounds``; the λ admitting the largest ε.
+def calibrate(table: dict[tuple[float, object], tuple[np.ndarray, np.ndarray, int]], bounds: Bounds) -> dict:
+    """For each setting the largest ε of the grid meeting ``bounds``; the setting admitting the largest ε.
 
     Args:
-        table: (ε, λ) → (Nw per word, Sw per word, K).
+        table: (ε, setting) → (Nw per word, Sw per word, K); a setting is its series label
+            (``report.series_label``: ``laplace``, ``mahalanobis λ=0.5``, ``tem β=0.001``) or a
+            bare λ (the noise family's grid, as older outputs have it).
 
-    Returns a dict with ``per_lambda`` rows (λ, ε or None, the statistics behind it) and
-    ``best`` (None when no (ε, λ) of the grid meets the bounds).
+    Returns a dict with ``per_setting`` rows (setting, its mechanism and λ where it has one, ε or
+    None, the statistics behind it) and ``best`` (None when no setting of the grid meets the bounds).
     """
     rows = []
-    for lam in sorted({lam for _, lam in table}):
+    for setting in sorted({k for _, k in table}, key=str):
         checked = []
-        for e in sorted(e for e, l2 in table if l2 == lam):
-            nw, sw, runs = table[(e, lam)]
+        for e in sorted(e for e, k in table if k == setting):
+            nw, sw, runs = table[(e, setting)]
             n, s = bounds.statistic(nw, sw)
-            met = finite(e, lam) and bounds.met(nw, sw, runs)
+            met = finite(e) and bounds.met(nw, sw, runs)
             checked.append({"epsilon": e, "nw_stat": n, "sw_stat": s, "runs": runs, "met": met})
         ok = [c for c in checked if c["met"]]
-        rows.append({"lambda": lam, "epsilon": ok[-1]["epsilon"] if ok else None, "checked": checked})
+        rows.append({**_setting_fields(setting), "epsilon": ok[-1]["epsilon"] if ok else None, "checked": checked})
     feasible = [r for r in rows if r["epsilon"] is not None]
-    best = max(feasible, key=lambda r: (r["epsilon"], r["lambda"])) if feasible else None
+    best = (
+        max(feasible, key=lambda r: (r["epsilon"], -1.0 if r["lambda"] is None else r["lambda"])) if feasible else None
+    )
     return {
-        "per_lambda": rows,
-        "best": None if best is None else {"lambda": best["lambda"], "epsilon": best["epsilon"]},
+        "per_setting": rows,
+        "best": None if best is None else {k: best[k] for k in ("setting", "mechanism", "lambda", "epsilon")},
     }
+
+
+def _setting_fields(setting: object) -> dict:
+    """setting, mechanism and λ (None where the mechanism has none) of a calibration row."""
+    if isinstance(setting, int | float):  # a bare λ of the noise family
+        lam = float(setting)
+        name = "laplace" if lam == 0 else "mahalanobis"
+        return {"setting": name if lam == 0 else f"{name} λ={lam:g}", "mechanism": name, "lambda": lam}
+    parts = str(setting).split()
+    lam = 0.0 if parts[0] == "laplace" else next((float(p[2:]) for p in parts if p.startswith("λ=")), None)
+    return {"setting": str(setting), "mechanism": parts[0], "lambda": lam}
 
 
 def joint_calibrate(

@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from dpspark.arrow import strings
 from dpspark.embeddings import WordRows
-from dpspark.mechanisms import WordMechanism
+from dpspark.mechanisms.base import WordMechanism
 
 OOV_POLICIES = ("unk", "random", "drop", "keep")
 LAYOUTS = ("single", "lines", "keep")

@@ -2,10 +2,11 @@
 # MAGIC %md
 # MAGIC # Perturb text with metric differential privacy
 # MAGIC
-# MAGIC Rewrites every token of the chosen text columns with the **regularized Mahalanobis** mechanism
-# MAGIC (Xu et al., 2020) or the **multivariate Laplace** mechanism (Feyisetan et al., 2020). Every row and
-# MAGIC every other column is kept. The widgets take the same settings as `dpspark perturb`, validated by
-# MAGIC the same configuration model (`dpspark.PerturbConfig`).
+# MAGIC Rewrites every token of the chosen text columns with a word mechanism of `dpspark.mechanisms`:
+# MAGIC the **regularized Mahalanobis** mechanism (Xu et al., 2020, the default), the **multivariate Laplace**
+# MAGIC mechanism (Feyisetan et al., 2020), **Vickrey** (Xu et al., 2021), **TEM** (Carvalho et al., 2023) or
+# MAGIC **SanText** (Yue et al., 2021). Every row and every other column is kept. The widgets take the same
+# MAGIC settings as `dpspark perturb`, validated by the same configuration model (`dpspark.PerturbConfig`).
 # MAGIC
 # MAGIC `epsilon` is the privacy level: smaller is more private. It has no library default; 10 here is only
 # MAGIC the demo's value.
@@ -30,8 +31,12 @@ dbutils.widgets.text("input", "", "Input Parquet (required)")
 dbutils.widgets.text("output", "", "Output Parquet (required)")
 dbutils.widgets.text("columns", "text", "Text columns (comma-separated)")
 dbutils.widgets.text("epsilon", "10", "ε")
-dbutils.widgets.dropdown("mechanism", "mahalanobis", ["mahalanobis", "laplace"], "Mechanism")
-dbutils.widgets.text("lambda", "", "λ (empty: 1 for mahalanobis, 0 for laplace)")
+from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
+
+dbutils.widgets.dropdown("mechanism", "mahalanobis", list(REGISTRY), "Mechanism")
+dbutils.widgets.text("lambda", "", "λ (mahalanobis, vickrey; empty: 1 for mahalanobis, 0 otherwise)")
+dbutils.widgets.text("t", "", "t (vickrey; empty: 0.5)")
+dbutils.widgets.text("beta", "", "β (tem: bound on Pr[⊥]; empty: 0.001)")
 dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
 dbutils.widgets.dropdown("oov", "unk", ["unk", "random", "drop", "keep"], "Out-of-vocabulary tokens")
 dbutils.widgets.text("id_column", "id", "Row id column (for the before/after sample)")
@@ -61,10 +66,11 @@ settings = {
     "oov": dbutils.widgets.get("oov"),
     "mode": "overwrite",
 }
-if dbutils.widgets.get("lambda").strip():
-    settings["lambda"] = dbutils.widgets.get("lambda")
+for name in ("lambda", "t", "beta"):  # a mechanism's own parameters: left empty, its default applies
+    if dbutils.widgets.get(name).strip():
+        settings[name] = dbutils.widgets.get(name)
 config = dpspark.PerturbConfig.parse(settings)  # the CLI's validation: a bad value fails here, with its name
-print(f"mechanism {config.mechanism}, ε = {config.epsilon:g}, λ = {config.lambda_:g}, columns {config.columns}")
+print(f"{config.spec.label()}, columns {config.columns}")
 
 # COMMAND ----------
 
@@ -78,7 +84,7 @@ manifest = dpspark.release(
     columns=config.columns,
     epsilon=config.epsilon,
     mechanism=config.mechanism,
-    lam=config.lam,
+    **config.mechanism_values(),
     vocab_size=config.vocab_size,
     oov=config.oov,
     mode=config.mode,

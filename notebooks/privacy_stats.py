@@ -30,7 +30,10 @@ dbutils.library.restartPython()
 
 dbutils.widgets.text("output", "/tmp/dpspark_notebook/privacy_stats", "Output directory (driver-local)")
 dbutils.widgets.text("epsilons", "5,10", "ε grid (comma-separated)")
-dbutils.widgets.text("lambdas", "0,1", "λ grid (comma-separated, in [0, 1])")
+from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
+
+dbutils.widgets.multiselect("mechanisms", "laplace", list(REGISTRY), "Mechanisms")
+dbutils.widgets.text("lambdas", "0,1", "λ grid of mahalanobis and vickrey (comma-separated, in [0, 1])")
 dbutils.widgets.text("runs", "20", "K: perturbations per word")
 dbutils.widgets.text("words", "50", "Words sampled from the vocabulary")
 dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
@@ -44,8 +47,9 @@ from dpspark.config import StatsConfig
 config = StatsConfig.parse(  # the CLI's validation: a bad value fails here, with its name
     {
         "output": dbutils.widgets.get("output"),
+        "mechanisms": dbutils.widgets.get("mechanisms"),
         "epsilons": dbutils.widgets.get("epsilons"),
-        "lambdas": dbutils.widgets.get("lambdas"),
+        "grid": {"lambda": dbutils.widgets.get("lambdas")},
         "runs": dbutils.widgets.get("runs"),
         "words": dbutils.widgets.get("words"),
         "vocab_size": dbutils.widgets.get("vocab_size"),
@@ -53,15 +57,17 @@ config = StatsConfig.parse(  # the CLI's validation: a bad value fails here, wit
         "mode": "overwrite",
     }
 )
-print(f"ε {config.epsilons}, λ {config.lambdas}, K = {config.runs}, {config.words} words")
+print(f"{len(config.settings())} settings: {', '.join(s.label() for s in config.settings())}")
+print(f"K = {config.runs}, {config.words} words")
 
 # COMMAND ----------
 
 manifest = dpspark.privacy_stats(
     config.output,
     config.epsilons,
-    config.lambdas,
-    config.runs,
+    runs=config.runs,
+    mechanisms=config.mechanisms,
+    grid=config.grid,
     words=config.words,
     vocab_size=config.vocab_size,
     nn=config.nn,
@@ -75,7 +81,7 @@ print(
 # COMMAND ----------
 
 # MAGIC %md
-# MAGIC ## Summary: one row per (ε, λ)
+# MAGIC ## Summary: one row per setting (mechanism, ε and its own parameters)
 # MAGIC
 # MAGIC Mean, 5th/50th/95th percentiles and worst case of Nw (out of K) and Sw over the sampled words.
 
@@ -86,14 +92,14 @@ from pathlib import Path
 import pandas as pd
 
 summary = pd.read_csv(Path(config.output) / "summary.csv")
-columns = ["epsilon", "lambda", "runs", "words", "nw_mean", "nw_p50", "nw_p95", "nw_max"]
-columns += ["sw_mean", "sw_p5", "sw_p50", "sw_min"]
+columns = ["setting", "epsilon", "runs", "words", "nw_mean", "nw_p50", "nw_p95", "nw_max"]
+columns += ["sw_mean", "sw_p5", "sw_p50", "sw_min", "exact_nw_mean", "exact_sw_mean"]
 display(summary[columns])
 
 # COMMAND ----------
 
 # MAGIC %md
-# MAGIC ## Percentiles against ε (one line per λ) and histograms
+# MAGIC ## Percentiles against ε (one line per setting) and histograms
 
 # COMMAND ----------
 
@@ -112,4 +118,4 @@ for name in manifest["files"]:
 # COMMAND ----------
 
 per_word = pd.read_parquet(Path(config.output) / "per_word.parquet")  # driver-local, like the other files
-display(per_word.sort_values(["epsilon", "lambda", "rank"]).head(20))
+display(per_word.sort_values(["mechanism", "epsilon", "rank"]).head(20))

@@ -33,15 +33,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 import dpspark
-from dpspark import risk
+from dpspark import report, risk
 from dpspark.arrow import strings
-from dpspark.bundle import save_bundle
 from dpspark.config import RiskConfig
-from dpspark.embeddings import select_vocabulary
 from dpspark.errors import ConfigError, InputDataError
-from dpspark.geometry import geometry
-from dpspark.neighbours import AnnoyIndex
-from dpspark.prepare import read_word_list
+from dpspark.prepare import prepare_grid, read_word_list
 from dpspark.rng import new_job_key
 from dpspark.spark import io, resources, stats
 from dpspark.spark.reports import ReportOutput
@@ -101,14 +97,14 @@ def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bund
     return counts.withColumnRenamed("block", "half")
 
 
-def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[tuple[float, float], dict[str, float]]:
+def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[int, dict[str, float]]:
     """``dpspark.risk.reidentification`` with DataFrames: fitted on ``risk.FIT_HALF``, scored on ``risk.SCORE_HALF``.
 
     Args:
-        counts: (half, epsilon, lam, word, output, count).
+        counts: (half, setting, word, output, count).
         prior: (word, f: its token count, sensitive: boolean).
     """
-    keys = ["epsilon", "lam"]
+    keys = ["setting"]
     fit = counts.filter(F.col("half") == risk.FIT_HALF).drop("half")
     score = counts.filter(F.col("half") == risk.SCORE_HALF).drop("half")
     by_output = Window.partitionBy(*keys, "output").orderBy(F.desc("weight"), F.asc("word"))
@@ -143,13 +139,8 @@ def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[tup
         .agg(F.mean("nw").alias("nw_mean"))
         .collect()
     )
-    nw_by = {(r["epsilon"], r["lam"]): r["nw_mean"] for r in nw}
-    return {
-        (r["epsilon"], r["lam"]): risk.finish(
-            [r[f"s{i}"] or 0 for i in range(len(sums))], nw_by[(r["epsilon"], r["lam"])]
-        )
-        for r in rows
-    }
+    nw_by = {r["setting"]: r["nw_mean"] for r in nw}
+    return {r["setting"]: risk.finish([r[f"s{i}"] or 0 for i in range(len(sums))], nw_by[r["setting"]]) for r in rows}
 
 
 def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: DataFrame | None = None) -> dict:
@@ -183,28 +174,16 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             sensitive_given = len(words)
             sensitive = {emb.word_index[w] for w in words if w in emb.word_index and emb.word_index[w] in prior}
 
-        vocab_words = read_word_list(config.vocab_file) if config.vocab_file else None
-        vocab_rows = select_vocabulary(emb, config.vocab_size, vocab_words)
-        lambdas = config.lambdas
-        geos = {lam: geometry(emb.vectors[vocab_rows], lam) for lam in lambdas}
-        annoy = None
-        if config.nn == "annoy":
-            annoy = AnnoyIndex.build(
-                emb.vectors[vocab_rows], str(out.local / "index.ann"), config.annoy_trees, config.annoy_search_k
-            )
-        settings = {"nn": config.nn, "nn_params": annoy.params() if annoy else {}}
-        a_by = {lam: g.a for lam, g in geos.items()}
-        shipment = resources.ship(
-            spark,
-            lambda d: save_bundle(
-                d, emb, settings, vocab_rows, a_by, annoy.path if annoy else None, config.embeddings_dir
-            ),
-        )
-        if annoy is not None:
+        specs = config.settings()
+        grid = prepare_grid(config, specs, out.local)
+        vocab_rows = grid.vocab_rows
+        shipment = resources.ship(spark, lambda d: grid.write_bundle(d, config.embeddings_dir))
+        if grid.annoy is not None:
             (out.local / "index.ann").unlink(missing_ok=True)
+        noise_lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
         rows = np.array(sorted(prior), dtype=np.int64)
         half = config.runs // 2
-        items = plan(config.epsilons, lambdas, rows, config.runs, config.words_per_task, half)
+        items = plan(specs, rows, config.runs, config.words_per_task, half)
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -220,15 +199,23 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
                 counts.unpersist()
         risk_s = time.perf_counter() - t0
 
+        axes = report.axis_names()
         table_rows = [
-            {"epsilon": e, "lambda": lam, "runs": config.runs, **result[(e, lam)]}
-            for e in config.epsilons
-            for lam in lambdas
+            {
+                "mechanism": spec.name,
+                "setting": report.series_label(spec.name, {a: spec.axes().get(a) for a in axes}),
+                "epsilon": spec.epsilon,
+                **{a: spec.axes().get(a) for a in axes},
+                "runs": config.runs,
+                **result[i],
+            }
+            for i, spec in enumerate(specs)
         ]
         pq.write_table(pa.Table.from_pylist(table_rows), out.local / "risk.parquet")
         coverage = sum(prior.values()) / embedded_tokens
         notes = [
-            f"Attacker: knows the mechanism ({config.mechanism}), the embedding, the {len(vocab_rows)}-word "
+            f"Attacker: knows the mechanism ({', '.join(dict.fromkeys(spec.name for spec in specs))}), the "
+            f"embedding, the {len(vocab_rows)}-word "
             "vocabulary and the corpus word frequencies; guesses argmax prior(w)·P(u|w).",
             f"P(u|w) from K/2 = {half} runs per word, scored on the other {half} independent runs. "
             f"{len(prior)} corpus words with a vector, {100 * coverage:.1f}% of the tokens with a vector "
@@ -240,7 +227,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             risk.summary_md(table_rows, "Re-identification risk", notes), encoding="utf-8"
         )
         plot = risk.write_plot(table_rows, out.local, len(prior), len(vocab_rows), emb.name)
-        draws = len(config.epsilons) * len(lambdas) * len(rows) * config.runs
+        draws = len(specs) * len(rows) * config.runs
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-risk",
@@ -251,8 +238,10 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "input": config.input,
             "text_column": config.text_column,
             "mechanism": config.mechanism,
+            "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
+            "settings": grid.facts(),
             "epsilons": config.epsilons,
-            "lambdas": lambdas,
+            "lambdas": noise_lams,
             "runs": config.runs,
             "fit_runs": half,
             "score_runs": half,
@@ -265,8 +254,8 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
                 "sensitive_words_listed": sensitive_given,
                 "sensitive_words_in_corpus": len(sensitive),
             },
-            "euclidean_epsilon_factor": {lam: g.euclidean_epsilon(1.0) for lam, g in geos.items()},
-            **mechanism_fields(config, emb, vocab_rows, annoy),
+            "euclidean_epsilon_factor": {lam: grid.space.geometry(lam).euclidean_epsilon(1.0) for lam in noise_lams},
+            **mechanism_fields(config, emb, vocab_rows, grid.annoy),
             "draws": draws,
             "results": table_rows,
             "files": ["risk.parquet", "summary.md", plot],
@@ -282,6 +271,6 @@ def privacy_risk(
     output: str, text_column: str, input: str | None = None, df: DataFrame | None = None, **settings: Any
 ) -> dict:  # noqa: A002
     """Python API of ``dpspark privacy-risk`` over a Parquet path or a DataFrame; returns the manifest
-    (its ``results``: one row per (ε, λ)). Settings are RiskConfig fields."""
+    (its ``results``: one row per setting). Settings are RiskConfig fields."""
     config = RiskConfig.parse({"output": output, "text_column": text_column, "input": input, **settings})
     return run_privacy_risk(config, df=df)

@@ -28,29 +28,27 @@ from pyspark.sql import DataFrame, SparkSession
 import dpspark
 from dpspark import report
 from dpspark.arrow import numbers
-from dpspark.bundle import save_bundle
 from dpspark.config import StatsConfig
-from dpspark.embeddings import Embeddings, select_vocabulary
+from dpspark.embeddings import Embeddings
 from dpspark.errors import ConfigError
-from dpspark.geometry import geometry
 from dpspark.neighbours import AnnoyIndex
 from dpspark.outputs import to_json
-from dpspark.prepare import read_word_list
+from dpspark.prepare import Grid, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe, watching
 from dpspark.rng import new_job_key
 from dpspark.spark import io, resources
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import get_session, is_connect
-from dpspark.stats import WorkItem, item_counts, plan, rows_of_words, sample_words
+from dpspark.stats import WorkItem, exact_nw_sw, item_counts, plan, rows_of_words, sample_words
 
 log = logging.getLogger("dpspark")
 
 
 def _run_items(items: Iterator[WorkItem], bundle: str, job_key: bytes, finished: Accumulator) -> Iterator:
-    res = resources.resources(bundle)
+    mechs = resources.resources(bundle).mechanisms()
     for it in items:
-        yield from item_counts(it, job_key, res.vectors, res.vocab_rows, res.a_by_lambda[it.lam], res.index)
-        finished.add({(it.epsilon, it.lam): 1})  # counts only: the driver's progress line
+        yield from item_counts(it, job_key, mechs)
+        finished.add({it.setting: 1})  # counts only: the driver's progress line
 
 
 class _CountsByKey(AccumulatorParam):
@@ -66,8 +64,8 @@ class _CountsByKey(AccumulatorParam):
 
 
 def _nw_sw(kv: tuple) -> tuple:
-    (e, lam, w, o), c = kv
-    return (e, lam, w), (c if o == w else 0, 1, c)
+    (s, w, o), c = kv
+    return (s, w), (c if o == w else 0, 1, c)
 
 
 def _add3(a: tuple, b: tuple) -> tuple:
@@ -75,21 +73,21 @@ def _add3(a: tuple, b: tuple) -> tuple:
 
 
 def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
-    """((ε, λ, w) → (Nw, Sw, K)) computed by the executors, with a progress line every 10 s.
+    """((setting, w) → (Nw, Sw, K)) computed by the executors, with a progress line every 10 s.
 
     With a SparkContext: the RDD path (``reduceByKey``). On Spark Connect (serverless,
     standard access mode) there is none, and ``dataframe_per_word`` computes the same
     counts with DataFrames.
     """
     if is_connect(spark):
-        progress = Progress("privacy-stats", len({(it.epsilon, it.lam) for it in items}))
+        progress = Progress("privacy-stats", len({it.setting for it in items}))
         result = dataframe_per_word(spark, items, job_key, bundle)
         progress.report(progress.total, 1.0)
         return result
     sc = spark.sparkContext
     slices = max(1, min(len(items), 4 * sc.defaultParallelism))
     finished = sc.accumulator({}, _CountsByKey())
-    per_point = Counter((it.epsilon, it.lam) for it in items)
+    per_point = Counter(it.setting for it in items)
     progress = Progress("privacy-stats", len(per_point))
 
     def poll() -> tuple[int, float]:
@@ -105,42 +103,41 @@ def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, b
         return counts.map(_nw_sw).reduceByKey(_add3).collectAsMap()
 
 
-_ITEMS = "item long, block long, epsilon double, lam double, rows array<long>, runs long"
-_COUNTS = "block long, epsilon double, lam double, word long, output long, count long"
+_ITEMS = "item long, block long, setting long, rows array<long>, runs long"
+_COUNTS = "block long, setting long, word long, output long, count long"
 
 
 def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes) -> Iterator[pa.RecordBatch]:
-    res = resources.resources(bundle)
+    mechs = resources.resources(bundle).mechanisms()
     for batch in batches:
         for row in batch.to_pylist():
-            it = WorkItem(row["item"], row["epsilon"], row["lam"], tuple(row["rows"]), row["runs"], row["block"])
-            pairs = item_counts(it, job_key, res.vectors, res.vocab_rows, res.a_by_lambda[it.lam], res.index)
+            it = WorkItem(row["item"], row["setting"], tuple(row["rows"]), row["runs"], row["block"])
+            pairs = item_counts(it, job_key, mechs)
             keys = [k for k, _ in pairs]
             yield pa.RecordBatch.from_arrays(
                 [
                     numbers([it.block] * len(pairs), np.int64),
-                    numbers([k[0] for k in keys], np.float64),
-                    numbers([k[1] for k in keys], np.float64),
+                    numbers([k[0] for k in keys], np.int64),
+                    numbers([k[1] for k in keys], np.int64),
                     numbers([k[2] for k in keys], np.int64),
-                    numbers([k[3] for k in keys], np.int64),
                     numbers([c for _, c in pairs], np.int64),
                 ],
-                names=["block", "epsilon", "lam", "word", "output", "count"],
+                names=["block", "setting", "word", "output", "count"],
             )
 
 
 def pair_counts(
     spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str, by_block: bool = False, slices: int = 64
 ) -> DataFrame:
-    """(ε, λ, w, ŵ, count) summed over the items, with DataFrames only (no SparkContext); with
-    ``by_block`` also per block of runs, (block, ε, λ, w, ŵ, count). Item i draws the noise keyed by
+    """(setting, w, ŵ, count) summed over the items, with DataFrames only (no SparkContext); with
+    ``by_block`` also per block of runs, (block, setting, w, ŵ, count). Item i draws the noise keyed by
     (job key, i) wherever it runs: any number of ``slices`` gives the same counts."""
     from pyspark.sql import functions as F
 
-    rows = [(it.item, it.block, it.epsilon, it.lam, list(it.rows), it.runs) for it in items]
+    rows = [(it.item, it.block, it.setting, list(it.rows), it.runs) for it in items]
     df = spark.createDataFrame(rows, _ITEMS).repartition(max(1, min(len(items), slices)), "item")
     counts = df.mapInArrow(lambda b: _item_batches(b, bundle, job_key), _COUNTS)
-    keys = ["block"] * by_block + ["epsilon", "lam", "word", "output"]
+    keys = ["block"] * by_block + ["setting", "word", "output"]
     return counts.groupBy(*keys).agg(F.sum("count").alias("count"))
 
 
@@ -151,10 +148,10 @@ def dataframe_per_word(spark: SparkSession, items: list[WorkItem], job_key: byte
 
     pairs = pair_counts(spark, items, job_key, bundle)
     same = F.when(F.col("output") == F.col("word"), F.col("count")).otherwise(F.lit(0))
-    per_word = pairs.groupBy("epsilon", "lam", "word").agg(
+    per_word = pairs.groupBy("setting", "word").agg(
         F.sum(same).alias("nw"), F.count(F.lit(1)).alias("sw"), F.sum("count").alias("runs")
     )
-    return {(r[0], r[1], r[2]): (r[3], r[4], r[5]) for r in per_word.collect()}
+    return {(r[0], r[1]): (r[2], r[3], r[4]) for r in per_word.collect()}
 
 
 def choose_words(config: StatsConfig, emb: Embeddings, vocab_rows: np.ndarray, spark: SparkSession) -> tuple:
@@ -193,6 +190,43 @@ def mechanism_fields(config: Any, emb: Embeddings, vocab_rows: np.ndarray, annoy
     }
 
 
+def exact_statistics(grid: Grid, word_rows: np.ndarray, runs: int) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """Per setting, E[Nw] and E[Sw] of every measured word from the mechanism's closed form
+    (None for the noise family, which has none: its figures are the Monte Carlo's alone)."""
+    return [exact_nw_sw(mech, word_rows, runs) for mech in grid.mechanisms()]
+
+
+def per_word_table(specs: list, result: dict, words: Any, exact: list, word_rows: np.ndarray) -> pa.Table:
+    """per_word.parquet: one row per (setting, word): mechanism, ε, one column per axis of every
+    registered mechanism (null where it is not the setting's), the Monte Carlo's Nw, Sw and K, and
+    the exact E[Nw], E[Sw] where the mechanism has a closed form (null otherwise)."""
+    keys = sorted(result)
+    at = {int(r): i for i, r in enumerate(word_rows)}
+    axes = report.axis_names()
+    columns: dict[str, pa.Array] = {
+        "mechanism": pa.array([specs[k[0]].name for k in keys], pa.string()),
+        "epsilon": pa.array([specs[k[0]].epsilon for k in keys], pa.float64()),
+    }
+    for axis in axes:
+        columns[axis] = pa.array([specs[k[0]].axes().get(axis) for k in keys], pa.float64())
+    columns.update(
+        {
+            "word": pa.array([words[k[1]] for k in keys], pa.string()),
+            "rank": pa.array([k[1] for k in keys], pa.int64()),
+            "nw": pa.array([result[k][0] for k in keys], pa.int64()),
+            "sw": pa.array([result[k][1] for k in keys], pa.int64()),
+            "runs": pa.array([result[k][2] for k in keys], pa.int64()),
+            "exact_nw": pa.array(
+                [None if exact[k[0]] is None else float(exact[k[0]][0][at[k[1]]]) for k in keys], pa.float64()
+            ),
+            "exact_sw": pa.array(
+                [None if exact[k[0]] is None else float(exact[k[0]][1][at[k[1]]]) for k in keys], pa.float64()
+            ),
+        }
+    )
+    return pa.table(columns)
+
+
 def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) -> dict:
     """Compute Nw/Sw for every (ε, λ, word); write per_word.parquet, summaries, plots, manifest.
 
@@ -214,68 +248,54 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
     shipment = None
     try:
         t0 = time.perf_counter()
-        emb = config.load_embeddings()
-        vocab_words = read_word_list(config.vocab_file) if config.vocab_file else None
-        vocab_rows = select_vocabulary(emb, config.vocab_size, vocab_words)
-        geos = {lam: geometry(emb.vectors[vocab_rows], lam) for lam in config.lambdas}
-        annoy = None
-        if config.nn == "annoy":
-            annoy = AnnoyIndex.build(
-                emb.vectors[vocab_rows], str(work / "index.ann"), config.annoy_trees, config.annoy_search_k
-            )
+        specs = config.settings()
+        grid = prepare_grid(config, specs, work)
+        emb, vocab_rows = grid.embeddings, grid.vocab_rows
         word_rows, rule = choose_words(config, emb, vocab_rows, spark)
-        items = plan(
-            config.epsilons, config.lambdas, word_rows, config.runs, config.words_per_task, config.runs_per_task
-        )
-        settings = {"nn": config.nn, "nn_params": annoy.params() if annoy else {}}
-        a_by = {lam: g.a for lam, g in geos.items()}
-        annoy_path = annoy.path if annoy else None
-        shipment = resources.ship(
-            spark, lambda d: save_bundle(d, emb, settings, vocab_rows, a_by, annoy_path, config.embeddings_dir)
-        )
+        items = plan(specs, word_rows, config.runs, config.words_per_task, config.runs_per_task)
+        shipment = resources.ship(spark, lambda d: grid.write_bundle(d, config.embeddings_dir))
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         describe(spark, "privacy-stats", f"Nw/Sw of {len(word_rows)} words at {len(items)} work items", run_id)
         result = spark_per_word(spark, items, new_job_key(config.seed), shipment.name)
-        draws = len(config.epsilons) * len(config.lambdas) * len(word_rows) * config.runs
+        draws = len(specs) * len(word_rows) * config.runs
         compute_s = time.perf_counter() - t0
 
-        keys = sorted(result)
-        table = pa.table(
-            {
-                "epsilon": pa.array([k[0] for k in keys], pa.float64()),
-                "lambda": pa.array([k[1] for k in keys], pa.float64()),
-                "word": pa.array([emb.words[k[2]] for k in keys], pa.string()),
-                "rank": pa.array([k[2] for k in keys], pa.int64()),
-                "nw": pa.array([result[k][0] for k in keys], pa.int64()),
-                "sw": pa.array([result[k][1] for k in keys], pa.int64()),
-                "runs": pa.array([result[k][2] for k in keys], pa.int64()),
-            }
-        )
+        t0 = time.perf_counter()
+        exact = exact_statistics(grid, word_rows, config.runs)
+        exact_s = time.perf_counter() - t0
+        table = per_word_table(specs, result, emb.words, exact, word_rows)
         local = work / "report"
         local.mkdir()
         pq.write_table(table, local / "per_word.parquet")
         summary = report.write_summary(table, local)
         plots = report.write_plots(table, local, len(vocab_rows), emb.name)
+        noise_lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-stats",
             "run_id": run_id,
             "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
             "epsilons": config.epsilons,
-            "lambdas": config.lambdas,
+            "lambdas": noise_lams,
+            "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
+            "settings": grid.facts(),
+            "exact_statistics": sorted({spec.name for spec in specs if exact[specs.index(spec)] is not None}),
             "runs": config.runs,
             "words": int(len(word_rows)),
             "word_rule": rule,
-            "euclidean_epsilon_factor": {str(lam): g.euclidean_epsilon(1.0) for lam, g in geos.items()},
-            "xi_min": geos[config.lambdas[0]].xi_min,
-            **mechanism_fields(config, emb, vocab_rows, annoy),
+            "euclidean_epsilon_factor": {
+                str(lam): grid.space.geometry(lam).euclidean_epsilon(1.0) for lam in noise_lams
+            },
+            "xi_min": grid.space.geometry(noise_lams[0]).xi_min if noise_lams else None,
+            **mechanism_fields(config, emb, vocab_rows, grid.annoy),
             "draws": draws,
             "tasks": len(items),
             "timings": {
                 "preparation_s": round(prep_s, 3),
                 "statistics_s": round(compute_s, 3),
+                "exact_statistics_s": round(exact_s, 3),
                 "draws_per_s": round(draws / compute_s, 1),
             },
             "files": ["per_word.parquet", "summary.csv", "summary.md", *plots],

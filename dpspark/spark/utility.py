@@ -337,18 +337,19 @@ def _evaluate(
 
     t0 = time.perf_counter()
     emb = config.load_embeddings()
+    lambdas = config.lambdas or list(config.default_lambdas)
     preps: dict[tuple[float, float], Prepared] = {}
     ships: dict[tuple[float, float], resources.Shipment] = {}
     workdir = resources.scratch_dir() / f"utility-{out.run_id}"
     try:
-        for lam in config.lambdas:
+        for lam in lambdas:
             for e in config.epsilons:
                 preps[(e, lam)] = prepare(
                     perturb_config(config, e, lam), embeddings=emb, workdir=workdir / f"{e}-{lam}"
                 )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    first = preps[(config.epsilons[0], config.lambdas[0])]
+    first = preps[(config.epsilons[0], lambdas[0])]
     prep_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -440,10 +441,10 @@ def _evaluate(
         "metrics": list(metrics),
         "mechanism": config.mechanism,
         "epsilons": config.epsilons,
-        "lambdas": config.lambdas,
+        "lambdas": lambdas,
         "repeats": config.repeats,
         "euclidean_epsilon_factor": {
-            lam: preps[(config.epsilons[0], lam)].geometry.euclidean_epsilon(1.0) for lam in config.lambdas
+            lam: preps[(config.epsilons[0], lam)].space.geometry(lam).euclidean_epsilon(1.0) for lam in lambdas
         },
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
         "dimension": emb.dim,

@@ -9,11 +9,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dpspark.bundle import save_bundle
+from dpspark import mechanisms, report
 from dpspark.cli import main
-from dpspark.embeddings import select_vocabulary
-from dpspark.geometry import geometry
-from dpspark.neighbours import ExactIndex
+from dpspark.config import StatsConfig
+from dpspark.prepare import prepare_grid
 from dpspark.rng import SeededRunWarning, new_job_key
 from dpspark.spark import resources
 from dpspark.spark.stats import dataframe_per_word, spark_per_word
@@ -29,19 +28,24 @@ def stats_cli(out, *extra):
         return main(["privacy-stats", "--output", str(out), "--seed", "11", *SMALL, *extra])
 
 
-def test_spark_equals_plain_numpy(spark, glove, tmp_path):
-    vocab = select_vocabulary(glove, 300)
-    a_by = {lam: geometry(glove.vectors[vocab], lam).a for lam in (0.0, 1.0)}
-    items = plan([3.0, 20.0], [0.0, 1.0], sample_words(vocab, 25), runs=12, words_per_item=7, runs_per_item=5)
+def test_spark_equals_plain_numpy_for_every_mechanism(spark, glove, tmp_path):
+    """One grid of every registered mechanism: the executors' counts equal the plain numpy ones for
+    the same key, on the reduceByKey path and on the DataFrame (Spark Connect) path."""
+    config = StatsConfig.parse(
+        {"mechanisms": list(mechanisms.REGISTRY), "epsilons": "3,20", "grid": "lambda=0,1", "vocab_size": 300}
+    )
+    grid = prepare_grid(config, config.settings(), tmp_path / "w")
+    items = plan(grid.specs, sample_words(grid.vocab_rows, 25), runs=12, words_per_item=7, runs_per_item=5)
     with pytest.warns(SeededRunWarning):
         key = new_job_key(5)
-    expected = per_word(compute_counts(items, key, glove.vectors, vocab, a_by, ExactIndex(glove.vectors[vocab])))
-    shipment = resources.ship(spark, lambda d: save_bundle(d, glove, {"nn": "exact"}, vocab, a_by))
+    expected = per_word(compute_counts(items, key, grid.mechanisms()))
+    shipment = resources.ship(spark, grid.write_bundle)
     got = spark_per_word(spark, items, key, shipment.name)
     twin = dataframe_per_word(spark, items, key, shipment.name)  # the Spark Connect path, here on classic
     shipment.close()
     assert got == expected and twin == expected
-    assert all(v[2] == 12 for v in got.values()) and len(got) == 2 * 2 * 25
+    assert {grid.specs[s].name for s, _ in got} == set(mechanisms.REGISTRY)
+    assert all(v[2] == 12 for v in got.values()) and len(got) == len(grid.specs) * 25
 
 
 def test_privacy_stats_outputs(spark, tmp_path, caplog):
@@ -62,15 +66,56 @@ def test_privacy_stats_outputs(spark, tmp_path, caplog):
     ):
         assert (out / f).is_file(), f
     t = pq.read_table(out / "per_word.parquet")
-    assert t.column_names == ["epsilon", "lambda", "word", "rank", "nw", "sw", "runs"]
+    assert t.column_names == [
+        "mechanism",
+        "epsilon",
+        *report.axis_names(),
+        "word",
+        "rank",
+        "nw",
+        "sw",
+        "runs",
+        "exact_nw",
+        "exact_sw",
+    ]
+    assert report.axis_names()[0] == "lambda"  # today's column kept, first of the mechanisms' axes
     assert t.num_rows == 3 * 2 * 40
     nw = np.asarray(t.column("nw"))
     sw = np.asarray(t.column("sw"))
     assert ((0 <= nw) & (nw <= 20)).all() and ((1 <= sw) & (sw <= 20)).all()
     m = json.loads((out / "_dpspark_manifest.json").read_text())
-    assert m["draws"] == 3 * 2 * 40 * 20 and "default_rng(0)" in m["word_rule"] and "11" not in json.dumps(m["seeded"])
+    assert m["draws"] == 3 * 2 * 40 * 20 and "default_rng(0)" in m["word_rule"]
+    # The seed itself is never written: only that the run was seeded.
+    assert m["seeded"] is True and not [k for k in m if "seed" in k and k != "seeded"]
     md = (out / "summary.md").read_text()
-    assert "| λ \\ ε | 2 | 10 | 40 |" in md
+    assert "| setting \\ ε | 2 | 10 | 40 |" in md and "| mahalanobis λ=1 |" in md and "| laplace |" in md
+
+
+def test_privacy_stats_mixes_mechanisms_with_exact_figures(spark, tmp_path):
+    """--mechanisms over the whole family: one table and plot with a row per setting, the exact E[Nw]
+    and E[Sw] where a closed form exists, and the Monte Carlo agreeing with them."""
+    out = tmp_path / "s"
+    grid = ["--grid", "lambda=1", "t=0.5"]
+    assert stats_cli(out, "--mechanisms", "laplace,mahalanobis,vickrey,tem,santext", "--epsilons", "3,10", *grid) == 0
+    t = pq.read_table(out / "per_word.parquet").to_pylist()
+    assert {r["mechanism"] for r in t} == {"laplace", "mahalanobis", "vickrey", "tem", "santext"}
+    for r in t:
+        has_closed_form = r["mechanism"] in ("tem", "santext")
+        assert (r["exact_nw"] is not None) == has_closed_form and (r["lambda"] is not None) == (not has_closed_form)
+    for name in ("tem", "santext"):
+        for e in (3.0, 10.0):
+            rows = [r for r in t if r["mechanism"] == name and r["epsilon"] == e]
+            nw = np.array([r["nw"] for r in rows], float)
+            exact = np.array([r["exact_nw"] for r in rows])
+            # Per word Nw ~ Binomial(K, p): the mean over words within 4 standard errors of the exact mean.
+            se = np.sqrt((exact * (1 - exact / 20)).sum()) / len(rows)
+            assert abs(nw.mean() - exact.mean()) <= 4 * se + 1e-9, (name, e)
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["mechanisms"] == ["laplace", "mahalanobis", "vickrey", "tem", "santext"]
+    assert m["exact_statistics"] == ["santext", "tem"] and len(m["settings"]) == 10
+    assert all(s["guarantee_type"] == "metric" and s["paper"] for s in m["settings"])
+    md = (out / "summary.md").read_text()
+    assert "| tem β=0.001 |" in md and "| vickrey λ=1 t=0.5 |" in md and "Exact E[Nw]" in md
 
 
 def test_calibrated_epsilon_holds_in_a_fresh_run(spark, tmp_path):

@@ -13,7 +13,14 @@ from dpspark.bundle import load_bundle, perturber_from, save_bundle
 from dpspark.errors import EmbeddingError
 from dpspark.geometry import geometry
 
-SETTINGS = {"epsilon": 10.0, "oov": "unk", "oov_token": "[UNK]", "layout": "single", "nn": "exact", "nn_params": {}}
+SETTINGS = {
+    "mechanism": {"name": "mahalanobis", "epsilon": 10.0, "lambda": 1.0},
+    "oov": "unk",
+    "oov_token": "[UNK]",
+    "layout": "single",
+    "nn": "exact",
+    "nn_params": {},
+}
 
 
 def test_default_vocabulary_ships_as_its_size(glove, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from dpspark import neighbours
 from dpspark.geometry import geometry
-from dpspark.mechanisms import WordMechanism, sample_noise
+from dpspark.mechanisms import Space, parse, sample_noise
 from dpspark.neighbours import (
     LOWP_WORD_BLOCK,
     AdaptiveIndex,
@@ -191,9 +191,9 @@ def test_tiny_vocabularies_and_empty_or_odd_batches(glove, lowp):
 def test_copies_through_the_certificate_equal_the_full_search(glove, bf16):
     """perturb_copies mixes query_among (small balls) and query (the rest): both exact."""
     vocab = np.arange(50_000)
-    mech = WordMechanism(glove.vectors, vocab, 10.0, geometry(glove.vectors[vocab], 1.0).a, bf16)
+    mech = parse({"name": "mahalanobis", "epsilon": 10.0, "lambda": 1.0}).build(Space(glove.vectors, vocab, bf16))
     rows = np.array([0, 5, 17, 400, 9_999, 49_999, 60_000])  # the last one is not in the vocabulary
-    got = mech.perturb_copies(rows, 40, np.random.default_rng(3))
+    got = mech.sample_copies(rows, 40, np.random.default_rng(3))
     z = sample_noise(len(rows) * 40, 50, 10.0, np.random.default_rng(3), mech.a)
     full = float64_argmin(glove.vectors[vocab], np.repeat(glove.vectors[rows], 40, axis=0) + z)
     np.testing.assert_array_equal(got, full.reshape(len(rows), 40))

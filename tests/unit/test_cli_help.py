@@ -87,7 +87,11 @@ def test_switches_are_switches_and_choices_are_shown():
     text = help_text("perturb")
     assert "QUIET" not in text and "KEEP_ORIGINAL" not in text
     assert re.search(r"^  --quiet {2,}silence", text, re.M)
-    assert "{mahalanobis,laplace}" in text and "{unk,random,drop,keep}" in text and "{error,overwrite}" in text
+    assert (
+        "{mahalanobis,laplace,vickrey,tem,santext}" in text
+        and "{unk,random,drop,keep}" in text
+        and "{error,overwrite}" in text
+    )
     assert "{train-time,test-time,both}" in help_text("evaluate-utility")
     p = subparser("perturb")
     assert vars(p.parse_args(["--keep-original", "--quiet"])) == {"keep_original": True, "quiet": True}
@@ -207,7 +211,9 @@ def test_a_min_sw_of_k_is_a_bound_and_the_table_prints_under_quiet(capsys, tmp_p
     assert code in (0, cli.NO_EPSILON_MEETS_BOUNDS)
     md = (stats / "calibration.md").read_text(encoding="utf-8")
     assert md.strip() and md.strip() in captured.out and "Sw >= 20" in captured.out
-    assert captured.err == ("" if code == 0 else "dpspark calibrate: no ε in range meets these bounds for any λ\n")
+    assert captured.err == (
+        "" if code == 0 else "dpspark calibrate: no ε in range meets these bounds for any setting\n"
+    )
 
 
 # --- 6. evaluate-utility's --mode ----------------------------------------------------------------------

@@ -58,14 +58,13 @@ def test_annoy_interface_and_recall(vocab, tmp_path):
 
 @pytest.mark.parametrize("epsilon", [10.0, 40.0, 200.0])
 def test_copies_through_the_certificate_equal_the_full_search(glove, epsilon):
-    from dpspark.geometry import geometry
-    from dpspark.mechanisms import WordMechanism
+    from dpspark.mechanisms import Space, parse
 
     vocab = np.arange(20_000)
     index = ExactIndex(glove.vectors[vocab])
-    mech = WordMechanism(glove.vectors, vocab, epsilon, geometry(glove.vectors[vocab], 1.0).a, index)
+    mech = parse({"name": "mahalanobis", "epsilon": epsilon, "lambda": 1.0}).build(Space(glove.vectors, vocab, index))
     rows = np.array([0, 5, 17, 400, 9_999, 19_999, 25_000])  # the last one is not in the vocabulary
-    got = mech.perturb_copies(rows, 40, np.random.default_rng(3))
+    got = mech.sample_copies(rows, 40, np.random.default_rng(3))
     z = sample_noise(len(rows) * 40, 50, epsilon, np.random.default_rng(3), mech.a)
     full = index.query(np.repeat(glove.vectors[rows], 40, axis=0) + z).reshape(len(rows), 40)
     np.testing.assert_array_equal(got, full)

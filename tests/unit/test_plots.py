@@ -133,7 +133,9 @@ def test_percentiles_figure_reads_alone():
     assert "Nw" in axes[0].get_ylabel() and f"K = {K}" in axes[0].get_ylabel()
     title = _suptitle(fig)
     assert f"K = {K}" in title and f"{WORDS} words" in title and str(VOCAB) in title and EMBEDDING in title
-    assert sorted(_legend_labels(fig)) == [f"λ = {lam:g}" for lam in LAMS]
+    assert sorted(_legend_labels(fig)) == sorted(
+        report.series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam}) for lam in LAMS
+    )
 
 
 def test_histograms_figure_reads_alone():
@@ -147,9 +149,11 @@ def test_histograms_figure_reads_alone():
     assert f"K = {K}" in axes[0].get_xlabel()
     title = _suptitle(fig)
     assert f"K = {K}" in title and str(VOCAB) in title and EMBEDDING in title
-    # one shared legend naming every λ; each λ drawn in its own colour
-    assert sorted(_legend_labels(fig)) == [f"λ = {lam:g}" for lam in LAMS]
-    steps = [p for p in axes[0].patches if (p.get_label() or "").startswith("λ")]
+    # one shared legend naming every setting; each drawn in its own colour
+    assert sorted(_legend_labels(fig)) == sorted(
+        report.series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam}) for lam in LAMS
+    )
+    steps = [p for p in axes[0].patches if (p.get_label() or "").startswith(("laplace", "mahalanobis"))]
     assert len({tuple(p.get_edgecolor()) for p in steps}) == len(LAMS)
 
 
@@ -205,7 +209,7 @@ def test_risk_figure_reads_alone(tmp_path):
     title = _suptitle(fig)
     assert f"K = {K}" in title and "123 corpus words" in title and str(VOCAB) in title and EMBEDDING in title
     labels = _legend_labels(fig)
-    assert "λ = 0, top-1 guess" in labels and "λ = 0, among top-5" in labels and "λ = 1" in labels
+    assert "laplace, top-1 guess" in labels and "laplace, among top-5" in labels and "mahalanobis λ=1" in labels
     assert risk.write_plot(rows, tmp_path, 123, VOCAB, EMBEDDING) == "reidentification.png"
     _rendered(tmp_path / "reidentification.png")
 

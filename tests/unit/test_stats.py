@@ -3,15 +3,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpspark import mechanisms
+from dpspark.config import StatsConfig
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.geometry import geometry
 from dpspark.neighbours import ExactIndex
 from dpspark.stats import Bounds, calibrate, compute_counts, per_word, plan, rows_of_words, sample_words, summarise
 
 
+def specs(epsilons, lambdas):
+    return StatsConfig.parse({"epsilons": epsilons, "lambdas": lambdas}).settings()
+
+
 def test_per_word_counts_nw_and_sw():
-    counts = {(1.0, 0.0, 7, 7): 5, (1.0, 0.0, 7, 3): 2, (1.0, 0.0, 7, 9): 3, (1.0, 0.0, 3, 9): 10}
-    assert per_word(counts) == {(1.0, 0.0, 7): (5, 3, 10), (1.0, 0.0, 3): (0, 1, 10)}
+    counts = {(0, 7, 7): 5, (0, 7, 3): 2, (0, 7, 9): 3, (0, 3, 9): 10}
+    assert per_word(counts) == {(0, 7): (5, 3, 10), (0, 3): (0, 1, 10)}
 
 
 def test_summary_statistics():
@@ -25,22 +30,51 @@ def test_summary_statistics():
 
 
 def test_plan_covers_every_draw_once():
-    items = plan([1.0, 5.0], [0.0, 1.0], np.arange(7), runs=10, words_per_item=3, runs_per_item=4)
+    items = plan(specs([1.0, 5.0], [0.0, 1.0]), np.arange(7), runs=10, words_per_item=3, runs_per_item=4)
     assert [it.item for it in items] == list(range(len(items)))
     total = {}
     for it in items:
         for w in it.rows:
-            total[(it.epsilon, it.lam, w)] = total.get((it.epsilon, it.lam, w), 0) + it.runs
+            total[(it.setting, w)] = total.get((it.setting, w), 0) + it.runs
     assert set(total.values()) == {10} and len(total) == 2 * 2 * 7
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"epsilons": []}, {"lambdas": []}, {"runs": 1}, {"epsilons": [0.0]}, {"lambdas": [1.5]}]
+    "kwargs", [{"epsilons": []}, {"lambdas": []}, {"epsilons": [0.0]}, {"lambdas": [1.5]}, {"mechanisms": ["x"]}]
 )
-def test_plan_rejects_bad_grids(kwargs):
-    args = {"epsilons": [1.0], "lambdas": [0.0], "rows": np.arange(3), "runs": 5, **kwargs}
+def test_grids_refuse_bad_values(kwargs):
     with pytest.raises(ConfigError):
-        plan(**args)
+        StatsConfig.parse({"epsilons": [1.0], "lambdas": [0.0], **kwargs})
+
+
+def test_plan_refuses_one_run_and_an_empty_grid():
+    with pytest.raises(ConfigError):
+        plan(specs([1.0], [0.0]), np.arange(3), runs=1)
+    with pytest.raises(ConfigError):
+        plan([], np.arange(3), runs=5)
+
+
+def test_a_grid_mixes_mechanisms_with_their_own_axes():
+    c = (
+        StatsConfig.parse(
+            {"mechanisms": "laplace,mahalanobis,tem", "epsilons": "1,5", "grid": "lambda=0.5,1 beta=0.01"}
+        )
+        if "tem" in mechanisms.REGISTRY
+        else StatsConfig.parse({"mechanisms": "laplace,mahalanobis", "epsilons": "1,5", "grid": "lambda=0.5,1"})
+    )
+    labels = [s.label() for s in c.settings()]
+    assert labels[:6] == [
+        "laplace ε=1 lambda=0",
+        "laplace ε=5 lambda=0",
+        "mahalanobis ε=1 lambda=0.5",
+        "mahalanobis ε=5 lambda=0.5",
+        "mahalanobis ε=1 lambda=1",
+        "mahalanobis ε=5 lambda=1",
+    ]
+    with pytest.raises(ConfigError, match="parameters of none"):
+        StatsConfig.parse({"mechanisms": "laplace", "grid": "t=0.5"})
+    # Without --mechanisms the grid is today's λ grid: λ = 0 is the Laplace mechanism.
+    assert [s.name for s in specs([1.0], [0.0, 1.0])] == ["laplace", "mahalanobis"]
 
 
 def test_sample_rule_is_public_and_stable():
@@ -58,13 +92,12 @@ def test_word_list_with_unknown_words(glove):
 
 def test_nw_falls_as_noise_grows(glove):
     vocab = np.arange(2000)
-    g = geometry(glove.vectors[vocab], 1.0)
-    items = plan([2.0, 50.0], [1.0], np.arange(0, 2000, 100), runs=30)
-    stats = per_word(
-        compute_counts(items, bytes(16), glove.vectors, vocab, {1.0: g.a}, ExactIndex(glove.vectors[vocab]))
-    )
-    small = np.mean([v[0] for k, v in stats.items() if k[0] == 2.0])
-    large = np.mean([v[0] for k, v in stats.items() if k[0] == 50.0])
+    space = mechanisms.Space(glove.vectors, vocab, ExactIndex(glove.vectors[vocab]))
+    settings = specs([2.0, 50.0], [1.0])
+    items = plan(settings, np.arange(0, 2000, 100), runs=30)
+    stats = per_word(compute_counts(items, bytes(16), [s.build(space) for s in settings]))
+    small = np.mean([v[0] for k, v in stats.items() if settings[k[0]].epsilon == 2.0])
+    large = np.mean([v[0] for k, v in stats.items() if settings[k[0]].epsilon == 50.0])
     assert small < 3 < 25 < large
 
 
@@ -84,15 +117,15 @@ def test_calibrate_picks_largest_epsilon_per_lambda_and_best_lambda():
         }
     )
     r = calibrate(t, Bounds(max_nw_fraction=0.5))
-    assert [x["epsilon"] for x in r["per_lambda"]] == [1.0, 5.0]
-    assert r["best"] == {"lambda": 1.0, "epsilon": 5.0}
+    assert [x["epsilon"] for x in r["per_setting"]] == [1.0, 5.0]
+    assert r["best"] == {"setting": "mahalanobis λ=1", "mechanism": "mahalanobis", "lambda": 1.0, "epsilon": 5.0}
     # A percentile bound is looser than the worst case.
     assert calibrate(t, Bounds(max_nw_fraction=0.5, percentile=50))["best"]["epsilon"] == 5.0
 
 
 def test_calibrate_reports_when_nothing_meets_the_bounds():
     r = calibrate(table_for({(1.0, 0.0): [90, 95]}), Bounds(max_nw_fraction=0.1))
-    assert r["best"] is None and r["per_lambda"][0]["epsilon"] is None
+    assert r["best"] is None and r["per_setting"][0]["epsilon"] is None
 
 
 def test_bounds_validation():

@@ -11,7 +11,7 @@ from scipy import stats as sps
 from dpspark import risk, utility
 from dpspark.embeddings import load_default, select_vocabulary
 from dpspark.errors import ConfigError
-from dpspark.geometry import geometry
+from dpspark.mechanisms import Space, parse
 from dpspark.neighbours import ExactIndex
 from dpspark.stats import compute_counts, joint_calibrate, plan
 
@@ -83,11 +83,11 @@ def test_against_laplace_names_the_separated_intervals_and_clips_them():
 def test_reidentification_by_hand():
     # Two words; "b" (prior 3) also turns into "a" half the time. Fitted: u=a → b (3·2 > 1·4? no: 1·4 vs 3·2).
     a, b = 0, 1
-    fit = {(1.0, 0.0, a, a): 4, (1.0, 0.0, b, a): 2, (1.0, 0.0, b, b): 2}
-    score = {(1.0, 0.0, a, a): 3, (1.0, 0.0, a, b): 1, (1.0, 0.0, b, a): 2, (1.0, 0.0, b, b): 2}
+    fit = {(0, a, a): 4, (0, b, a): 2, (0, b, b): 2}
+    score = {(0, a, a): 3, (0, a, b): 1, (0, b, a): 2, (0, b, b): 2}
     prior = {a: 1.0, b: 3.0}
-    assert risk.guesses(fit, prior) == {(1.0, 0.0, a): [b, a], (1.0, 0.0, b): [b]}
-    r = risk.reidentification(fit, score, prior, {a})[(1.0, 0.0)]
+    assert risk.guesses(fit, prior) == {(0, a): [b, a], (0, b): [b]}
+    r = risk.reidentification(fit, score, prior, {a})[0]
     # a's tokens (weight 1): outputs a (3/4) guessed b, b (1/4) guessed b → top1 0; b's (weight 3): a→b ✓, b→b ✓.
     assert r["top1"] == pytest.approx(3 / 4)
     assert r["top5"] == pytest.approx((1 * 3 / 4 + 3) / 4)
@@ -102,28 +102,32 @@ def small_world():
     vocab = select_vocabulary(emb, 2000)
     words = np.array(sorted(emb.word_index[w] for w in "the of and to in a for is on that by with".split()))
     prior = {int(w): float(50 - 3 * i) for i, w in enumerate(words)}
-    a = {1.0: geometry(emb.vectors[vocab], 1.0).a}
-    return emb, vocab, words, prior, a, ExactIndex(emb.vectors[vocab])
+    return emb, vocab, words, prior, ExactIndex(emb.vectors[vocab])
 
 
-def _halves(items, key, emb, vocab, a, index):
-    fit = compute_counts([it for it in items if it.block == risk.FIT_HALF], key, emb.vectors, vocab, a, index)
-    score = compute_counts([it for it in items if it.block == risk.SCORE_HALF], key, emb.vectors, vocab, a, index)
+def _mechs(emb, vocab, index):
+    return [parse({"name": "mahalanobis", "epsilon": 3.0, "lambda": 1.0}).build(Space(emb.vectors, vocab, index))]
+
+
+def _halves(items, key, mechs):
+    fit = compute_counts([it for it in items if it.block == risk.FIT_HALF], key, mechs)
+    score = compute_counts([it for it in items if it.block == risk.SCORE_HALF], key, mechs)
     return fit, score
 
 
 def test_held_out_half_is_not_optimistic_and_a_leak_is(small_world):
     """The held-out estimate agrees with scoring the same fitted attack on many fresh runs; scoring
     on the fitted half (the leak) overstates the attacker by far at this ε."""
-    emb, vocab, words, prior, a, index = small_world
-    items = plan([3.0], [1.0], words, 8, 50, 4)  # K = 8: 4 runs fit, 4 score
+    emb, vocab, words, prior, index = small_world
+    mechs = _mechs(emb, vocab, index)
+    items = plan([m.spec for m in mechs], words, 8, 50, 4)  # K = 8: 4 runs fit, 4 score
     assert {it.block for it in items} == {0, 1}
-    fit, score = _halves(items, b"\x01" * 16, emb, vocab, a, index)
-    held_out = risk.reidentification(fit, score, prior)[(3.0, 1.0)]["top1"]
-    leaked = risk.reidentification(fit, fit, prior)[(3.0, 1.0)]["top1"]
-    fresh_items = plan([3.0], [1.0], words, 400, 50, 400)
-    fresh = compute_counts(fresh_items, b"\x02" * 16, emb.vectors, vocab, a, index)
-    reference = risk.reidentification(fit, fresh, prior)[(3.0, 1.0)]["top1"]
+    fit, score = _halves(items, b"\x01" * 16, mechs)
+    held_out = risk.reidentification(fit, score, prior)[0]["top1"]
+    leaked = risk.reidentification(fit, fit, prior)[0]["top1"]
+    fresh_items = plan([m.spec for m in mechs], words, 400, 50, 400)
+    fresh = compute_counts(fresh_items, b"\x02" * 16, mechs)
+    reference = risk.reidentification(fit, fresh, prior)[0]["top1"]
     assert abs(held_out - reference) < 0.1
     assert leaked > reference + 0.15
 

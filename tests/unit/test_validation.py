@@ -291,8 +291,8 @@ def test_calibrate_never_recommends_from_nan():
         (9.0, 1.0): (np.array([1.0, 2.0]), np.array([np.nan, 8.0]), runs),
     }
     r = calibrate(table, Bounds(max_nw_fraction=0.5, min_sw=2))
-    assert r["best"] == {"lambda": 1.0, "epsilon": 1.0}
-    assert [c["met"] for c in r["per_lambda"][0]["checked"]] == [True, False, False]
+    assert r["best"] == {"setting": "mahalanobis λ=1", "mechanism": "mahalanobis", "lambda": 1.0, "epsilon": 1.0}
+    assert [c["met"] for c in r["per_setting"][0]["checked"]] == [True, False, False]
     only_nan = {(5.0, 1.0): table[(5.0, 1.0)]}
     assert calibrate(only_nan, Bounds(max_nw_fraction=0.5))["best"] is None
 

@@ -1,4 +1,4 @@
-"""The word mechanisms: multivariate Laplace and regularized Mahalanobis (pure numpy).
+"""The noise mechanisms: multivariate Laplace (CMP) and regularized Mahalanobis (pure numpy).
 
 Noise (Xu et al. 2020, Algorithm 1; Feyisetan et al. 2020, §2.6):
 N ~ N(0, I_d), X = N/‖N‖₂ (uniform on the sphere), Y ~ Gamma(d, 1/ε), Z = Y·A·X
@@ -15,9 +15,13 @@ the noisy vector v and the noise Z are local to ``perturb_rows``.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar, Literal
+
 import numpy as np
 
-from dpspark.neighbours import NeighbourIndex
+from dpspark import params
+from dpspark._pydantic import Field, validator
+from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
 from dpspark.params import check_epsilon
 
 CHUNK = 8192
@@ -46,31 +50,17 @@ def sample_radial(n: int, dim: int, scale: float, rng: np.random.Generator) -> n
     return z
 
 
-class WordMechanism:
-    """Perturbs embedded words into words of the output vocabulary.
+class NoiseMechanism(WordMechanism):
+    """v = φ(w) + Z with Z ∝ exp(−ε‖z‖_RM), output the nearest word of W to v (Xu et al. Algorithm 2).
 
-    Args:
-        vectors: every embedded word (V_in×d); tokens with a vector are mechanism inputs.
-        vocab_rows: rows of ``vectors`` forming the output vocabulary W.
-        epsilon: ε.
-        a: A for the chosen λ (None: Laplace).
-        index: nearest-neighbour index over ``vectors[vocab_rows]``.
+    ``a`` is A for the spec's λ (None: Laplace). The configured index answers the search.
     """
 
-    def __init__(
-        self, vectors: np.ndarray, vocab_rows: np.ndarray, epsilon: float, a: np.ndarray | None, index: NeighbourIndex
-    ) -> None:
-        self.vectors = vectors
-        self.vocab_rows = np.asarray(vocab_rows, dtype=np.int64)
-        self.epsilon = check_epsilon(epsilon)
-        self.a = None if a is None or np.allclose(a, np.eye(a.shape[0])) else np.asarray(a, dtype=np.float64)
-        self.index = index
+    def __init__(self, space: Space, spec: MechanismSpec, a: np.ndarray | None) -> None:
+        super().__init__(space, spec)
+        self.a = None if a is None else np.asarray(a, dtype=np.float64)
 
-    @property
-    def dim(self) -> int:
-        return int(self.vectors.shape[1])
-
-    def perturb_rows(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Perturb embedding rows; return positions in the output vocabulary (one per input).
 
         Works in chunks of CHUNK tokens: large enough for efficient BLAS calls, small
@@ -82,10 +72,10 @@ class WordMechanism:
             part = rows[start : start + CHUNK]
             noisy = sample_noise(len(part), self.dim, self.epsilon, rng, self.a)
             noisy += self.vectors[part]
-            out[start : start + CHUNK] = self.index.query(noisy)
+            out[start : start + CHUNK] = self.space.index.query(noisy)
         return out
 
-    def perturb_copies(self, rows: np.ndarray, copies: int, rng: np.random.Generator) -> np.ndarray:
+    def sample_copies(self, rows: np.ndarray, copies: int, rng: np.random.Generator) -> np.ndarray:
         """``copies`` independent runs of the mechanism on each row: an (n × copies) array of
         output-vocabulary positions (the privacy statistics' K runs of a word).
 
@@ -106,7 +96,7 @@ class WordMechanism:
         pos = np.searchsorted(self.vocab_rows, rows)
         in_vocab = (pos < len(self.vocab_rows)) & (self.vocab_rows[np.minimum(pos, len(self.vocab_rows) - 1)] == rows)
         full = np.ones(n, dtype=bool)
-        within = getattr(self.index, "within", None)
+        within = getattr(self.space.index, "within", None)
         if within is not None and in_vocab.any():
             idx = np.flatnonzero(in_vocab)
             radii = 2.0 * np.sqrt((z[idx] ** 2).sum(axis=2)).max(axis=1)
@@ -119,14 +109,65 @@ class WordMechanism:
             ):
                 for i, cand in zip(idx, within(self.vectors[rows[idx]], radii)):
                     if len(cand) <= len(self.vocab_rows) // 16:
-                        out[i] = self.index.query_among(self.vectors[rows[i]] + z[i], cand)
+                        out[i] = self.space.index.query_among(self.vectors[rows[i]] + z[i], cand)
                         full[i] = False
         if full.any():
             noisy = (self.vectors[rows[full]][:, None, :] + z[full]).reshape(-1, self.dim)
-            out[full] = self.index.query(noisy).reshape(-1, copies)
+            out[full] = self.space.index.query(noisy).reshape(-1, copies)
         return out
 
     def noisy_points(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Noisy vectors for measuring an index against exact search (driver only, never released)."""
         rows = np.asarray(rows, dtype=np.int64)
         return self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, self.a)
+
+
+class _NoiseSpec(MechanismSpec):
+    """Shared by the two noise mechanisms: the guarantee in RM and Euclidean terms."""
+
+    lam: float = 0.0
+
+    def lambdas(self) -> set[float]:
+        return {self.lam} if self.lam else set()
+
+    def axes(self) -> dict[str, float]:
+        return {"lambda": self.lam}
+
+    def build(self, space: Space) -> WordMechanism:
+        return NoiseMechanism(space, self, space.a(self.lam))
+
+    def guarantee(self, space: Space) -> str:
+        g = space.geometry(self.lam)
+        return (
+            f"For any two texts of equal length n (in tokens) and any output, the probabilities differ by at most a "
+            f"factor exp({self.epsilon:g} * sum_i ||phi(w_i) - phi(w'_i)||_RM) with lambda = {self.lam:g}; in "
+            f"Euclidean terms at most exp({g.euclidean_epsilon(self.epsilon):.4g} * sum_i ||phi(w_i) - phi(w'_i)||_2)."
+        )
+
+
+class Laplace(_NoiseSpec):
+    """The multivariate Laplace mechanism (CMP): noise ∝ exp(−ε‖z‖₂), nearest word."""
+
+    name: Literal["laplace"] = "laplace"
+    lam: Literal[0.0] = Field(default=0.0, alias="lambda", description="λ = 0 (the Laplace mechanism)")
+    paper: ClassVar[str] = "Feyisetan, Balle, Drake, Diethe, WSDM 2020 (calibrated multivariate perturbations)"
+    summary: ClassVar[str] = "multivariate Laplace noise on the embedding, nearest word"
+
+    @validator("lam", pre=True, allow_reuse=True)
+    def _lam(cls, v: Any) -> float:
+        if v is not None and v != "" and params.check_lambda(v) != 0.0:
+            raise ValueError(f"the laplace mechanism is λ = 0; got lambda = {v}: use mahalanobis for λ > 0")
+        return 0.0
+
+
+class Mahalanobis(_NoiseSpec):
+    """The regularized Mahalanobis mechanism: noise ∝ exp(−ε‖z‖_RM), nearest word."""
+
+    name: Literal["mahalanobis"] = "mahalanobis"
+    lam: float = Field(default=1.0, alias="lambda", description="λ in [0, 1] (1: full Mahalanobis)")
+    paper: ClassVar[str] = "Xu, Aggarwal, Feyisetan, Teissier, PrivateNLP 2020 (regularized Mahalanobis metric)"
+    summary: ClassVar[str] = "elliptical noise shaped by the embedding's covariance, nearest word"
+
+    @validator("lam", pre=True, allow_reuse=True)
+    def _lam(cls, v: Any) -> float:
+        return 1.0 if v is None or v == "" else params.check_lambda(v)

@@ -1,0 +1,70 @@
+"""The word mechanisms: one module each, one registry.
+
+``REGISTRY`` maps each mechanism's name to its spec (``dpspark.mechanisms.base.MechanismSpec``);
+the CLI's ``--mechanism`` choices, YAML, the notebooks' dropdowns and the Python API read it.
+
+Adding a mechanism is one module (a spec with ``build``/``guarantee`` and a ``WordMechanism``
+sampler, with ``distribution`` where a closed form exists), one line below, and one entry in
+the conformance suite (``tests/statistical/test_conformance.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpspark.errors import ConfigError
+from dpspark.mechanisms.base import GUARANTEE_TYPES, MechanismSpec, Space, WordMechanism
+from dpspark.mechanisms.noise import CHUNK, Laplace, Mahalanobis, NoiseMechanism, sample_noise, sample_radial
+from dpspark.mechanisms.santext import SanText
+from dpspark.mechanisms.tem import TEM
+from dpspark.mechanisms.vickrey import Vickrey
+
+REGISTRY: dict[str, type[MechanismSpec]] = {
+    "mahalanobis": Mahalanobis,
+    "laplace": Laplace,
+    "vickrey": Vickrey,
+    "tem": TEM,
+    "santext": SanText,
+}
+
+__all__ = [
+    "CHUNK",
+    "GUARANTEE_TYPES",
+    "REGISTRY",
+    "MechanismSpec",
+    "NoiseMechanism",
+    "Space",
+    "WordMechanism",
+    "names",
+    "parse",
+    "sample_noise",
+    "sample_radial",
+]
+
+
+def names() -> list[str]:
+    """The registered mechanisms, in registry order."""
+    return list(REGISTRY)
+
+
+def parse(values: dict[str, Any]) -> MechanismSpec:
+    """The spec of ``values["name"]`` built from ``values`` (ε and the mechanism's parameters).
+
+    Errors (an unknown name, a bad or foreign parameter) are one ConfigError naming the field.
+    """
+    from dpspark._pydantic import ValidationError
+
+    name = values.get("name")
+    if name not in REGISTRY:
+        raise ConfigError(f"mechanism must be one of {', '.join(REGISTRY)}, got {name!r}")
+    try:
+        return REGISTRY[name].parse_obj(values)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            field = ".".join(str(x) for x in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "value_error.extra":
+                msg = f"is not a parameter of {name} (its parameters: {', '.join(REGISTRY[name].parameter_names())})"
+            parts.append(f"{field}: {msg}")
+        raise ConfigError(f"mechanism {name}: " + "; ".join(parts)) from None
