@@ -251,14 +251,15 @@ class MechanismSpec(BaseModel):
         return f"{self.name} ε={self.epsilon:g}" + (f" {extra}" if extra else "")
 
     def parameters(self) -> dict[str, Any]:
-        """The settings as the manifest records them (by alias, e.g. ``lambda``)."""
-        return self.dict(by_alias=True)
+        """The settings as given (by alias, e.g. ``lambda``; defaults left out): what a bundle ships and
+        ``dpspark.mechanisms.parse`` rebuilds the same spec from."""
+        return {"name": self.name, "epsilon": self.epsilon, **self.dict(by_alias=True, exclude_unset=True)}
 
     def facts(self, space: Space) -> dict[str, Any]:
         """What a manifest, a report and a notebook say about this setting."""
         return {
             "mechanism": self.name,
-            "parameters": self.parameters(),
+            "parameters": {**self.parameters(), **self.axes()},  # the values in force, defaults included
             "guarantee_type": self.guarantee_type,
             "guarantee_type_meaning": GUARANTEE_TYPES[self.guarantee_type],
             "guarantee": self.guarantee(space),

@@ -309,3 +309,38 @@ def test_an_input_of_one_large_row_group_is_spread_over_every_core(spark, tmp_pa
     said = io.few_read_tasks(fs, str(written), one.stat().st_size, splits, 2)
     assert "read as 1 task(s) with rows for 2 cores" in said and "spark.io.encryption.enabled" in said
     assert "row_group_size=" in said and "MiB" not in said
+
+
+@pytest.mark.parametrize(
+    "name,flags,parameters",
+    [
+        ("vickrey", ["--t", "0.25"], {"t": 0.25, "lambda": 0.0}),
+        ("tem", ["--beta", "0.01"], {"beta": 0.01}),
+        ("santext", [], {}),
+    ],
+)
+def test_every_mechanism_releases_with_its_own_guarantee(spark, tmp_path, check_faithful, name, flags, parameters):
+    """perturb takes every registered mechanism: a faithful output, and a manifest that names the
+    mechanism, its parameters, its guarantee type and sentence and its paper."""
+    out = run_cli(tmp_path, name, "--epsilon", "5", "--mechanism", name, *flags)
+    check_faithful(out)
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["mechanism"] == name and m["epsilon"] == 5.0
+    assert m["mechanism_parameters"] == {"name": name, "epsilon": 5.0, **parameters}
+    assert m["guarantee_type"] == "metric" and m["paper"] and "5" in m["guarantee"]
+    assert ("euclidean_epsilon_bound" in m) == (name == "vickrey")
+    (entry,) = [json.loads(f.read_text()) for f in (out / "_dpspark_ledger").glob("*.json")]
+    assert entry["mechanism"] == name and entry["epsilon"] == 5.0
+
+
+def test_a_parameter_of_another_mechanism_is_refused(spark, tmp_path, capsys):
+    out = tmp_path / "o"
+    code = main(["perturb", "--input", str(SAMPLE), "--output", str(out), "--columns", "text", "--epsilon", "5",
+                 "--mechanism", "laplace", "--t", "0.5"])  # fmt: skip
+    assert code == 2 and "t: is not a parameter of laplace" in capsys.readouterr().err and not out.exists()
+
+
+def test_perturb_text_takes_a_mechanism_and_its_parameters(spark):
+    df = spark.read.parquet(str(SAMPLE)).limit(20)
+    out = dpspark.perturb_text(df, "text", 8.0, mechanism="tem", gamma=3.0, vocab_size=5000).collect()
+    assert len(out) == 20 and all(isinstance(r["text"], str) or r["text"] is None for r in out)
