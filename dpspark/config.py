@@ -271,15 +271,15 @@ class ReleaseSettings(OutputSettings, SparkSettings):
 
 
 def _mechanism_parameters() -> dict[str, tuple[str, str]]:
-    """Every registered mechanism's own parameters: field name → (alias, description naming its mechanisms)."""
-    found: dict[str, tuple[str, list[str], str]] = {}
+    """Every registered mechanism's own parameters: field name → (alias, each owner's description)."""
+    found: dict[str, tuple[str, list[str]]] = {}
     for name, spec in mechanisms.REGISTRY.items():
         for field_name, f in spec.__fields__.items():
-            if field_name in ("name", "epsilon") or spec is mechanisms.REGISTRY.get("laplace"):
+            if field_name in ("name", "epsilon") or name == "laplace":
                 continue
-            alias, owners, text = found.get(field_name, (f.alias, [], f.field_info.description or ""))
-            found[field_name] = (alias, [*owners, name], text)
-    return {k: (alias, f"{', '.join(owners)}: {text}") for k, (alias, owners, text) in found.items()}
+            alias, texts = found.get(field_name, (f.alias, []))
+            found[field_name] = (alias, [*texts, f"{name}: {f.field_info.description or ''}"])
+    return {k: (alias, "; ".join(texts)) for k, (alias, texts) in found.items()}
 
 
 MechanismParameters = create_model(
