@@ -28,6 +28,10 @@ recovered):
 A token's share is its word's frequency times the share of the scoring runs in which
 the attacker recovers it. ``reidentification`` is the plain numpy reference; the Spark
 job (``dpspark.spark.risk``) computes the same numbers with DataFrames.
+
+Where the mechanism has a closed form P(u | w) (``WordMechanism.distribution``: TEM,
+SanText), ``exact_reidentification`` needs no runs at all: the attacker uses the exact
+likelihoods, and every share is the exact expectation Σ_w prior(w) Σ_u P(u | w)·[hit].
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
+
+from dpspark.mechanisms.base import WordMechanism
 
 FIT_HALF, SCORE_HALF = 0, 1
 TOP = 5
@@ -86,6 +92,57 @@ def reidentification(
             d = nw.setdefault(s, {})
             d[w] = d.get(w, 0) + (c if u == w else 0)
     return {key: finish(acc[key], float(np.mean(list(nw[key].values())))) for key in acc}
+
+
+def exact_reidentification(
+    mechanism: WordMechanism,
+    prior: Mapping[int, float],
+    sensitive: set[int] | frozenset[int] = frozenset(),
+    runs: int = 2,
+    top: int = TOP,
+) -> dict[str, float] | None:
+    """The attacker with exact likelihoods (None when the mechanism has no closed form).
+
+    The guesses for an output u are the ``top`` words w of the corpus with the largest
+    prior(w)·P(u | w), ties to the smaller row, as ``guesses``; the shares are exact
+    expectations over the mechanism's output, and ``nw_mean`` the exact mean of K·P(w | w)
+    over corpus words (K = ``runs``, as privacy-stats counts Nw). Two passes over the corpus
+    words, one distribution row block at a time: memory O(top·V), no (words × V) matrix.
+    """
+    words = np.array(sorted(prior), dtype=np.int64)
+    f = np.array([prior[int(w)] for w in words], dtype=np.float64)
+    space = mechanism.space
+    step = space.block
+    best_score = np.full((0, space.size), -np.inf)
+    best_word = np.zeros((0, space.size), dtype=np.int64)
+    for start in range(0, len(words), step):
+        p = mechanism.distribution(words[start : start + step])
+        if p is None:
+            return None
+        # Stacked in ascending word order (every earlier chunk's words are smaller), a stable
+        # sort on the score keeps ties to the smaller row.
+        scores = np.vstack([best_score, f[start : start + step, None] * p])
+        ids = np.vstack([best_word, np.broadcast_to(words[start : start + step, None], p.shape)])
+        order = np.argsort(-scores, axis=0, kind="stable")[:top]
+        best_score = np.take_along_axis(scores, order, axis=0)
+        best_word = np.take_along_axis(ids, order, axis=0)
+    pos, found = space.positions(words)
+    sums = np.zeros(8)
+    nw = np.zeros(len(words))
+    for start in range(0, len(words), step):
+        chunk = words[start : start + step]
+        p = mechanism.distribution(chunk)
+        weight = f[start : start + step]
+        hit1 = (p * (best_word[0][None, :] == chunk[:, None])).sum(axis=1)
+        hit5 = (p * (best_word[:top][None, :, :] == chunk[:, None, None]).any(axis=1)).sum(axis=1)
+        here = found[start : start + step]
+        same = np.where(here, p[np.arange(len(chunk)), np.maximum(pos[start : start + step], 0)], 0.0)
+        nw[start : start + step] = runs * same
+        sens = np.array([int(w) in sensitive for w in chunk], dtype=np.float64)
+        row = np.stack([np.ones_like(weight), hit1, hit5, same], axis=1) * weight[:, None]
+        sums[:4] += row.sum(axis=0)
+        sums[4:] += (row * sens[:, None]).sum(axis=0)
+    return finish(sums, float(nw.mean()))
 
 
 def finish(sums: np.ndarray | list[float], nw_mean: float) -> dict[str, float]:
