@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dpspark.mechanisms import REGISTRY
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
@@ -95,6 +97,8 @@ def test_perturb_job_through_connect(connect_url, tmp_path, check_faithful):
         "text,title",
         "--epsilon",
         "10",
+        "--mechanism",
+        "tem",
         "--vocab-size",
         "5000",
         "--remote",
@@ -106,6 +110,7 @@ def test_perturb_job_through_connect(connect_url, tmp_path, check_faithful):
     check_faithful(out)
     m = json.loads((out / "_dpspark_manifest.json").read_text())
     assert m["status"] == "succeeded" and m["spark"]["master"] == "spark connect" and m["counts"]["rows"] == 500
+    assert m["mechanism"] == "tem" and m["guarantee_type"] == "metric"
 
 
 def test_api_through_connect_is_stable_within_a_run(connect_url):
@@ -129,8 +134,10 @@ print(json.dumps({{"same": first == second, "changed": sum(1 for k, t in raw.ite
 
 
 def test_privacy_stats_through_connect_equals_classic(connect_url, spark, tmp_path):
-    """No SparkContext on Connect: the DataFrame twin of reduceByKey gives the same table for a seed."""
-    common = ["privacy-stats", "--epsilons", "2,10", "--lambdas", "0,1", "--vocab-size", "2000", "--words", "30"]
+    """No SparkContext on Connect: the DataFrame twin of reduceByKey gives the same table for a seed, for
+    a grid of every mechanism (the noise family and the exponential one, with its exact figures)."""
+    common = ["privacy-stats", "--epsilons", "2,10", "--mechanisms", ",".join(REGISTRY), "--grid", "lambda=1"]
+    common += ["--vocab-size", "2000", "--words", "30"]
     common += ["--runs", "12", "--seed", "3", "--quiet"]
     args = [*common, "--output", str(tmp_path / "connect"), "--remote", connect_url]
     done = run_isolated(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
@@ -141,9 +148,10 @@ def test_privacy_stats_through_connect_equals_classic(connect_url, spark, tmp_pa
     import pyarrow.parquet as pq
 
     connect, classic = (pq.read_table(tmp_path / d / "per_word.parquet") for d in ("connect", "classic"))
-    assert connect.num_rows == 2 * 2 * 30 and connect.equals(classic)
+    assert connect.num_rows == 2 * len(REGISTRY) * 30 and connect.equals(classic)
+    assert set(connect.column("mechanism").to_pylist()) == set(REGISTRY)
     m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
-    assert m["status"] == "succeeded" and m["draws"] == 2 * 2 * 30 * 12
+    assert m["status"] == "succeeded" and m["draws"] == 2 * len(REGISTRY) * 30 * 12
 
 
 def test_release_vectors_and_calibrate_through_connect(connect_url, tmp_path):
