@@ -13,7 +13,7 @@ STAMP      := $(VENV)/.installed-full
 # installs the CPU build, all that CertifiedIndex uses.
 TORCH_INDEX ?=
 
-.PHONY: demo test test-fast test-runtimes bench bench-peers-venv lint docs dist clean
+.PHONY: demo test test-fast test-runtimes bench bench-mechanisms bench-peers-venv lint docs dist clean
 
 # On Python 3.10 setup.py's marker leaves out the default embedding's package (data only, but it
 # declares Python >= 3.11): installed here without that check, so the first run finds it.
@@ -49,6 +49,11 @@ test-runtimes: $(DEMO_STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_perturb.py
+
+# The word mechanisms (CMP, Vickrey, TEM, SanText) against pypantera and mldp-text, one core, 50,000 and
+# 400,000 words (≈ 20 minutes; the peers need `make bench-peers-venv`, skipped with a note without it).
+bench-mechanisms: $(STAMP)
+	$(PY) bench/bench_mechanisms.py
 
 lint: $(DEMO_STAMP)
 	$(PY) -m pip install --quiet "ruff>=0.5"  # the test extra's; nothing else is needed to lint

@@ -3,10 +3,23 @@
 on GloVe 6B 50d restricted to the first --vocab-size words (frequency order).
 
 Runs in its own virtual environment (the peers pin numpy < 2): `make bench-peers-venv`.
-bench_perturb.py calls it; by hand (inside bench/.peers-venv):
-  python run_peer.py --package pypantera|mldp-text --tokens 500 --epsilon 10 --vocab-size 50000 \
-      [--mechanism laplace|mahalanobis] [--lam 0.2] [--chunk 10] [--no-faiss]
+bench_perturb.py and bench_mechanisms.py call it; by hand (inside bench/.peers-venv):
+  python bench/peers.py --package pypantera|mldp-text --tokens 500 --epsilon 10 --vocab-size 50000 \
+      [--mechanism laplace|mahalanobis|vickrey|tem|santext] [--lam 0.2] [--t 0.5] [--beta 0.001] \
+      [--tokens-file FILE] [--chunk 10] [--no-faiss]
 Prints one JSON line.
+
+What each package runs for each mechanism (the classes of pypantera 1.0.2 and mldp-text 0.1.2):
+
+  mechanism    pypantera                                   mldp-text
+  laplace      src.EmbeddingPerturbationMechanism.cmp.CMP  MultivariateCalibrated
+  mahalanobis  ...mahalanobis.Mahalanobis({lam})           Mahalanobis(lambd)
+  vickrey      ...vickrey.VickreyCMP({t})                  VickreyMechanism(k=2, t): a softmax of −t·distance over the
+                                                           two nearest words, dropping the nearest when it is the input
+                                                           (not the paper's rule); t passed as given
+  tem          src.SamplingPerturbationMechanism.tem.TEM   TEM (β = 0.001 fixed inside, γ rounded to 0.1; its ⊥ score
+               ({beta})                                    uses ln(V/|L_w|) with V = len(vocab): passed the V words)
+  santext      ...santext.SanText                          (none)
 """
 
 import os
@@ -53,8 +66,19 @@ def write_glove_text(path, words, emb, header):
     os.replace(tmp, path)
 
 
-def token_list(n, vocab_size, words):
-    """The benchmark's fixed token list (bench_perturb.py draws the same one)."""
+MECHANISMS = ("laplace", "mahalanobis", "vickrey", "tem", "santext")
+HAS = {"pypantera": set(MECHANISMS), "mldp-text": {"laplace", "mahalanobis", "vickrey", "tem"}}
+
+
+def token_list(n, vocab_size, words, tokens_file=None):
+    """The first n tokens of ``tokens_file`` (one word a line), or of the benchmark's fixed draw
+    (bench_perturb.py and inprocess.py draw the same one)."""
+    if tokens_file:
+        with open(tokens_file, encoding="utf-8") as f:
+            toks = [line.rstrip("\n") for _, line in zip(range(n), f)]
+        if len(toks) < n:
+            raise SystemExit(f"{tokens_file} holds {len(toks)} tokens, fewer than --tokens {n}")
+        return toks
     rng = np.random.default_rng(0)
     idx = rng.integers(0, vocab_size, size=max(n, 100_000))  # fixed list; take first n
     return [words[i] for i in idx[:n]]
@@ -66,8 +90,11 @@ def main():
     ap.add_argument("--tokens", type=int, default=500)
     ap.add_argument("--epsilon", type=float, default=10.0)
     ap.add_argument("--vocab-size", type=int, default=50000)
-    ap.add_argument("--mechanism", default="laplace", choices=["laplace", "mahalanobis"])
+    ap.add_argument("--mechanism", default="laplace", choices=MECHANISMS)
     ap.add_argument("--lam", type=float, default=0.2, help="Mahalanobis lambda")
+    ap.add_argument("--t", type=float, default=0.5, help="Vickrey t")
+    ap.add_argument("--beta", type=float, default=0.001, help="TEM beta (pypantera; mldp-text fixes 0.001)")
+    ap.add_argument("--tokens-file", help="the token stream, one word a line (default: the fixed uniform draw)")
     ap.add_argument(
         "--chunk",
         type=int,
@@ -75,11 +102,20 @@ def main():
         help="pypantera: tokens per text row (its distance step materialises chunk x V x D float64)",
     )
     ap.add_argument("--no-faiss", action="store_true", help="mldp-text: exact numpy NN instead of faiss IVF")
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=0.0,
+        help="stop after the text row (pypantera) or token (mldp-text) that passes this much perturbation time "
+        "(0: all --tokens); the JSON's tokens says how many were timed",
+    )
     a = ap.parse_args()
+    if a.mechanism not in HAS[a.package]:
+        raise SystemExit(f"{a.package} has no {a.mechanism} mechanism")
 
     t0 = time.perf_counter()
     words, emb = load_glove(a.vocab_size)
-    tokens = token_list(a.tokens, a.vocab_size, words)
+    tokens = token_list(a.tokens, a.vocab_size, words, a.tokens_file)
     glove_txt = os.path.join(HERE, "glove50k.txt" if a.vocab_size == 50000 else f"glove{a.vocab_size}.txt")
     w2v_txt = glove_txt[:-4] + ".w2v.txt"
     if a.package == "pypantera":
@@ -99,18 +135,42 @@ def main():
 
             mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon})
             name = "src.EmbeddingPerturbationMechanism.cmp.CMP.obfuscateText"
-        else:
+        elif a.mechanism == "mahalanobis":
             from src.EmbeddingPerturbationMechanism.mahalanobis import Mahalanobis as Mech
 
             mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon, "lam": a.lam})
             name = f"src.EmbeddingPerturbationMechanism.mahalanobis.Mahalanobis(lam={a.lam}).obfuscateText"
+        elif a.mechanism == "vickrey":
+            from src.EmbeddingPerturbationMechanism.vickrey import VickreyCMP as Mech
+
+            mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon, "t": a.t})
+            name = f"src.EmbeddingPerturbationMechanism.vickrey.VickreyCMP(t={a.t}).obfuscateText"
+        elif a.mechanism == "tem":
+            from src.SamplingPerturbationMechanism.tem import TEM as Mech
+
+            mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon, "beta": a.beta})
+            name = f"src.SamplingPerturbationMechanism.tem.TEM(beta={a.beta}).obfuscateText"
+        else:
+            from src.SamplingPerturbationMechanism.santext import SanText as Mech
+
+            mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon})
+            name = "src.SamplingPerturbationMechanism.santext.SanText.obfuscateText"
         texts = [" ".join(tokens[i : i + a.chunk]) for i in range(0, len(tokens), a.chunk)]
         df = pd.DataFrame({"id": range(len(texts)), "text": texts})
         setup_s = time.perf_counter() - t0
+        result = []
         t1 = time.perf_counter()
-        out = mech.obfuscateText(df, 1)
+        if a.max_seconds:
+            # One text row a call, until the time is spent (a call costs ~1 ms of pandas beside the mechanism).
+            for i in range(len(df)):
+                out = mech.obfuscateText(df.iloc[i : i + 1].reset_index(drop=True), 1)
+                result += [w for row in out["obfuscatedText"] for w in row[0].split(" ")]
+                if time.perf_counter() - t1 > a.max_seconds:
+                    break
+        else:
+            out = mech.obfuscateText(df, 1)
+            result = [w for row in out["obfuscatedText"] for w in row[0].split(" ")]
         secs = time.perf_counter() - t1
-        result = [w for row in out["obfuscatedText"] for w in row[0].split(" ")]
         vocab_loaded = len(mech.vocab.embeddings)
     else:
         import mldp_text  # noqa: F401  (import triggers nltk.download('wordnet'); fails harmlessly offline)
@@ -121,31 +181,46 @@ def main():
         if a.mechanism == "laplace":
             mech = mldp_text.MultivariateCalibrated(**kw)
             name = "mldp_text.MultivariateCalibrated.replace_word"
-        else:
+        elif a.mechanism == "mahalanobis":
             mech = mldp_text.Mahalanobis(lambd=a.lam, **kw)
             name = f"mldp_text.Mahalanobis(lambd={a.lam}).replace_word"
-        name += " (faiss IVFFlat nlist=100 nprobe=50)" if not a.no_faiss else " (exact numpy NN)"
+        elif a.mechanism == "vickrey":
+            mech = mldp_text.VickreyMechanism(k=2, t=a.t, **kw)
+            name = f"mldp_text.VickreyMechanism(k=2, t={a.t}).replace_word"
+        else:
+            # TEM searches no index (use_faiss unused); its ⊥ score reads len(vocab): the V words.
+            kw.pop("use_faiss")
+            mech = mldp_text.TEM(vocab=set(words), **kw)
+            name = "mldp_text.TEM(vocab=the V words).replace_word"
+        if a.mechanism != "tem":
+            name += " (faiss IVFFlat nlist=100 nprobe=50)" if not a.no_faiss else " (exact numpy NN)"
         setup_s = time.perf_counter() - t0
+        result = []
         t1 = time.perf_counter()
-        result = [mech.replace_word(w) for w in tokens]
+        for w in tokens:
+            result.append(mech.replace_word(w))
+            if a.max_seconds and time.perf_counter() - t1 > a.max_seconds:
+                break
         secs = time.perf_counter() - t1
         vocab_loaded = len(kv)
 
-    assert len(result) == len(tokens), (len(result), len(tokens))
-    changed = sum(x != y for x, y in zip(tokens, result)) / len(tokens)
+    n = len(result)  # fewer than --tokens when --max-seconds ran out
+    assert n == len(tokens) or (a.max_seconds and 0 < n < len(tokens)), (n, len(tokens))
+    changed = sum(x != y for x, y in zip(tokens, result)) / n
     print(
         json.dumps(
             {
                 "package": a.package,
-                "tokens": a.tokens,
+                "tokens": n,
                 "epsilon": a.epsilon,
                 "vocab_size": a.vocab_size,
                 "vocab_loaded": vocab_loaded,
                 "seconds": round(secs, 4),
-                "tokens_per_s": round(a.tokens / secs, 2),
+                "tokens_per_s": round(n / secs, 2),
                 "setup_seconds": round(setup_s, 3),
                 "prep_seconds": round(prep_s, 3),
                 "mechanism": name,
+                "kind": a.mechanism,
                 "changed_frac": round(changed, 4),
                 "sample": list(zip(tokens[:5], result[:5])),
             }
