@@ -3,7 +3,7 @@
 A bundle is a small directory of plain files that the driver writes once per run and
 Spark ships to every executor (``dpspark.spark.resources``)::
 
-    settings.json    what to build: the mechanism's spec (or a list of specs), λ list, index, embedding reference
+    settings.json    what to build: the list of mechanism specs, λ list, index, embedding reference
     a_stack.npy      A = (λΣ + (1−λ)I)^½ for each λ of settings["lambdas"] (absent: no mechanism)
     vocab_rows.npy   embedding rows of the output vocabulary (absent when they are the first
                      settings["vocab_prefix"] rows, as with the default vocabulary rule)
@@ -236,7 +236,7 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
 
 
 def perturber_from(res: Resources) -> TextPerturber:
-    """The executor's TextPerturber from a loaded bundle (one mechanism, ``settings["mechanism"]``)."""
+    """The executor's TextPerturber from a release's bundle (its one setting)."""
     s = res.settings
-    mech = mechanisms.parse(s["mechanism"]).build(res.space())
+    (mech,) = res.mechanisms()
     return TextPerturber(mech, res.words, s["oov"], s["oov_token"], layout=s["layout"])

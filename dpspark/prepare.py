@@ -31,18 +31,114 @@ AGREEMENT_BAR = 0.99
 
 
 @dataclass
-class Prepared:
-    """Everything the driver computed, plus the figures the manifest reports."""
+class Grid:
+    """The driver's preparation of one or more settings (the one preparation of every command): the
+    embedding, the output vocabulary, the search index and the Space (Σ and A for every λ the
+    settings need), with the timings of each step."""
 
-    config: PerturbConfig
     embeddings: Embeddings
     vocab_rows: np.ndarray
-    spec: MechanismSpec
+    specs: list[MechanismSpec]
     space: Space
     index: NeighbourIndex
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def annoy(self) -> AnnoyIndex | None:
+        return self.index if isinstance(self.index, AnnoyIndex) else None
+
+    def write_bundle(self, directory: str | Path, embeddings_dir: str | None = None, **extra: Any) -> Path:
+        """Write the executor bundle (``dpspark.bundle``): the specs (work items and the perturber name
+        them by position), the index, A for every λ, and ``extra`` settings (a release's text policy)."""
+        settings = {
+            "settings": [spec.parameters() for spec in self.specs],
+            "nn": self.index.method,
+            "nn_params": self.index.params(),
+            **extra,
+        }
+        lams = sorted({lam for spec in self.specs for lam in spec.lambdas()})
+        a_by = {lam: self.space.a(lam) for lam in lams}
+        annoy = self.annoy.path if self.annoy else None
+        return save_bundle(directory, self.embeddings, settings, self.vocab_rows, a_by, annoy, embeddings_dir)
+
+    def mechanisms(self) -> list[WordMechanism]:
+        return [spec.build(self.space) for spec in self.specs]
+
+    def facts(self) -> list[dict]:
+        """Each setting's facts (``MechanismSpec.facts``), for the manifest."""
+        return [spec.facts(self.space) for spec in self.specs]
+
+
+def prepare_grid(
+    config: Any,
+    specs: list[MechanismSpec],
+    workdir: str | Path | None = None,
+    embeddings: Embeddings | None = None,
+    vocab_words: list[str] | None = None,
+) -> Grid:
+    """Load the embedding, choose the vocabulary, build the index and compute Σ and A for every λ of
+    ``specs``: what every command needs, prepared one way.
+
+    Args:
+        config: settings with the embedding, vocabulary and index fields (any command's).
+        specs: the settings to prepare.
+        workdir: where an annoy index file is written (required for ``nn="annoy"``).
+        embeddings: already loaded embeddings (else loaded from the config).
+        vocab_words: an explicit output vocabulary (e.g. corpus-derived), overriding the config.
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    emb = embeddings or config.load_embeddings()
+    timings["load_embeddings_s"] = time.perf_counter() - t0
+    if vocab_words is None and config.vocab_file:
+        vocab_words = read_word_list(config.vocab_file)
+    rows = select_vocabulary(emb, config.vocab_size, vocab_words)
+    if len(rows) <= emb.dim:
+        raise EmbeddingError(
+            f"a vocabulary of {len(rows)} words cannot give a positive-definite covariance in {emb.dim} "
+            f"dimensions: use at least {emb.dim + 1} words (--vocab-size)"
+        )
+    t0 = time.perf_counter()
+    index: NeighbourIndex = exact_index(emb.vectors[rows])
+    if config.nn == "annoy":
+        if workdir is None:
+            raise ValueError("an annoy index needs a working directory for its file")
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        index = AnnoyIndex.build(
+            emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k
+        )
+    timings["index_build_s"] = time.perf_counter() - t0
+    space = Space(emb.vectors, rows, index)
+    t0 = time.perf_counter()
+    for lam in sorted({lam for spec in specs for lam in noise_lambdas(spec)}):
+        space.geometry(lam)  # Σ and A once, on the driver (also refuses a degenerate Σ before any Spark work)
+    timings["covariance_s"] = time.perf_counter() - t0
+    return Grid(emb, rows, list(specs), space, index, timings)
+
+
+def noise_lambdas(spec: MechanismSpec) -> set[float]:
+    """The λ of a noise setting: its A, and its Euclidean bound in the manifest (empty for others)."""
+    return spec.lambdas() | ({spec.axes()["lambda"]} if "lambda" in spec.axes() else set())
+
+
+@dataclass
+class Prepared:
+    """A release's preparation: its one setting's Grid, the run's settings and the measured recall."""
+
+    config: PerturbConfig
+    grid: Grid
     recall: float | None
     recall_queries: int
-    timings: dict[str, float] = field(default_factory=dict)
+
+    embeddings = property(lambda self: self.grid.embeddings)
+    vocab_rows = property(lambda self: self.grid.vocab_rows)
+    space = property(lambda self: self.grid.space)
+    index = property(lambda self: self.grid.index)
+    timings = property(lambda self: self.grid.timings)
+
+    @property
+    def spec(self) -> MechanismSpec:
+        return self.grid.specs[0]
 
     @property
     def mechanism(self) -> WordMechanism:
@@ -54,24 +150,8 @@ class Prepared:
 
     def write_bundle(self, directory: str | Path) -> Path:
         """Write the executor bundle (``dpspark.bundle``) of this run into ``directory``."""
-        settings = {
-            "mechanism": self.spec.parameters(),
-            "oov": self.config.oov,
-            "oov_token": self.config.oov_token,
-            "layout": self.config.layout,
-            "nn": self.index.method,
-            "nn_params": self.index.params(),
-        }
-        annoy = self.index.path if isinstance(self.index, AnnoyIndex) else None
-        return save_bundle(
-            directory,
-            self.embeddings,
-            settings,
-            self.vocab_rows,
-            {lam: self.space.a(lam) for lam in self.spec.lambdas()},
-            annoy,
-            self.config.embeddings_dir,
-        )
+        c = self.config
+        return self.grid.write_bundle(directory, c.embeddings_dir, oov=c.oov, oov_token=c.oov_token, layout=c.layout)
 
     def manifest_fields(self) -> dict:
         """Mechanism, embedding, vocabulary and index facts for the run manifest (no text, no key)."""
@@ -180,38 +260,8 @@ def prepare(
         workdir: where an annoy index file is written (required for ``nn="annoy"``).
         vocab_words: an explicit output vocabulary (e.g. corpus-derived), overriding the config.
     """
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    emb = embeddings or config.load_embeddings()
-    timings["load_embeddings_s"] = time.perf_counter() - t0
-
-    if vocab_words is None and config.vocab_file:
-        vocab_words = read_word_list(config.vocab_file)
-    rows = select_vocabulary(emb, config.vocab_size, vocab_words)
-    if len(rows) <= emb.dim:
-        raise EmbeddingError(
-            f"a vocabulary of {len(rows)} words cannot give a positive-definite covariance in {emb.dim} "
-            f"dimensions: use at least {emb.dim + 1} words (--vocab-size)"
-        )
-    spec = config.spec
-    t0 = time.perf_counter()
-    exact = exact_index(emb.vectors[rows])
-    index: NeighbourIndex = exact
-    if config.nn == "annoy":
-        if workdir is None:
-            raise ValueError("an annoy index needs a working directory for its file")
-        Path(workdir).mkdir(parents=True, exist_ok=True)
-        index = AnnoyIndex.build(
-            emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k
-        )
-    timings["index_build_s"] = time.perf_counter() - t0
-    space = Space(emb.vectors, rows, index)
-    t0 = time.perf_counter()
-    noise_lambda = {spec.axes()["lambda"]} if "lambda" in spec.axes() else set()
-    for lam in sorted(spec.lambdas() | noise_lambda):
-        space.geometry(lam)  # Σ and A once, on the driver (also refuses a degenerate Σ early)
-    timings["covariance_s"] = time.perf_counter() - t0
-
+    grid = prepare_grid(config, [config.spec], workdir, embeddings, vocab_words)
+    spec, space, rows, emb = config.spec, grid.space, grid.vocab_rows, grid.embeddings
     recall, n_q = None, 0
     if config.nn == "exact":
         recall = 1.0
@@ -224,8 +274,8 @@ def prepare(
         noisy = emb.vectors[sample] + sample_noise(
             len(sample), emb.dim, config.epsilon, rng, space.a(spec.axes().get("lambda", 0.0))
         )
-        recall, n_q = recall_at_1(index, exact, noisy), config.recall_queries
-        timings["recall_s"] = time.perf_counter() - t0
+        recall, n_q = recall_at_1(grid.index, space.exact, noisy), config.recall_queries
+        grid.timings["recall_s"] = time.perf_counter() - t0
         if recall < AGREEMENT_BAR:
             log.warning(
                 "annoy agrees with exact search on %.1f%% of noisy queries at epsilon=%g (bar: %.0f%%); "
@@ -235,55 +285,4 @@ def prepare(
                 config.epsilon,
                 100 * AGREEMENT_BAR,
             )
-    return Prepared(config, emb, rows, spec, space, index, recall, n_q, timings)
-
-
-@dataclass
-class Grid:
-    """The driver's preparation for a grid of settings (privacy-stats, privacy-risk): the embedding,
-    the vocabulary, the Space (Σ and A for every λ the grid needs) and the search index, once."""
-
-    embeddings: Embeddings
-    vocab_rows: np.ndarray
-    specs: list[MechanismSpec]
-    space: Space
-    annoy: AnnoyIndex | None
-
-    def settings(self) -> dict:
-        """The bundle's settings: the list of specs (the items name them by position) and the index."""
-        return {
-            "settings": [spec.parameters() for spec in self.specs],
-            "nn": "annoy" if self.annoy else "exact",
-            "nn_params": self.annoy.params() if self.annoy else {},
-        }
-
-    def write_bundle(self, directory: str | Path, embeddings_dir: str | None = None) -> Path:
-        lams = sorted({lam for spec in self.specs for lam in spec.lambdas()})
-        annoy = self.annoy.path if self.annoy else None
-        a_by = {lam: self.space.a(lam) for lam in lams}
-        return save_bundle(directory, self.embeddings, self.settings(), self.vocab_rows, a_by, annoy, embeddings_dir)
-
-    def mechanisms(self) -> list[WordMechanism]:
-        return [spec.build(self.space) for spec in self.specs]
-
-    def facts(self) -> list[dict]:
-        """Each setting's facts (``MechanismSpec.facts``), for the manifest."""
-        return [spec.facts(self.space) for spec in self.specs]
-
-
-def prepare_grid(config: Any, specs: list[MechanismSpec], workdir: str | Path) -> Grid:
-    """Load the embedding, choose the vocabulary, compute Σ and A for every λ of ``specs`` and build
-    the index: what every grid command needs, prepared one way."""
-    emb = config.load_embeddings()
-    vocab_words = read_word_list(config.vocab_file) if config.vocab_file else None
-    rows = select_vocabulary(emb, config.vocab_size, vocab_words)
-    annoy = None
-    if config.nn == "annoy":
-        Path(workdir).mkdir(parents=True, exist_ok=True)
-        annoy = AnnoyIndex.build(
-            emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k
-        )
-    space = Space(emb.vectors, rows, annoy)
-    for lam in sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()}):
-        space.geometry(lam)  # refuses a degenerate Σ before any Spark work
-    return Grid(emb, rows, list(specs), space, annoy)
+    return Prepared(config, grid, recall, n_q)

@@ -14,7 +14,7 @@ from dpspark.errors import EmbeddingError
 from dpspark.geometry import geometry
 
 SETTINGS = {
-    "mechanism": {"name": "mahalanobis", "epsilon": 10.0, "lambda": 1.0},
+    "settings": [{"name": "mahalanobis", "epsilon": 10.0, "lambda": 1.0}],
     "oov": "unk",
     "oov_token": "[UNK]",
     "layout": "single",
