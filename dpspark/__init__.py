@@ -5,6 +5,7 @@ Public API (pyspark is needed only by the Spark functions, and imported when cal
     perturb_text(df, columns, epsilon, ...)        the lazy DataFrame → DataFrame transform
     release_vectors(input, output, column, ...)    PrivEmb / M1 vectors release
     privacy_stats(output, epsilons, lambdas, ...)  Nw/Sw statistics
+    calibrate(stats, max_nw_fraction=..., ...)     the ε (or (ε, λ)) meeting Nw/Sw, utility or risk bounds
     evaluate_utility(output, text_column, label_column, input=...)  downstream utility (train/test-time)
     privacy_risk(output, text_column, input=...)   re-identification risk of a corpus
     PerturbConfig, VectorsConfig, StatsConfig      the configuration models
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "calibrate": "dpspark.spark.calibrate",
     "EvaluateUtilityConfig": "dpspark.config",
     "PerturbConfig": "dpspark.config",
     "RiskConfig": "dpspark.config",

@@ -18,7 +18,6 @@ import argparse
 import errno
 import json
 import logging
-import math
 import sys
 import types
 import typing
@@ -415,172 +414,20 @@ def _cmd_privacy_stats(c: Any) -> int:
     return 0
 
 
-def _report_table(
-    directory: str, name: str, flag: str, producer: str, columns: tuple[str, ...], finite: tuple[str, ...]
-) -> Any:
-    """The table ``name`` of a ``producer`` output (given as ``flag``), checked: a readable Parquet
-    file with ``columns``, at least one row, and finite ``finite`` columns on every row measured
-    at a grid point (evaluate-utility's baseline row has no (ε, λ))."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from dpspark.errors import InputDataError
-    from dpspark.utility import BASELINE
-
-    path = Path(directory) / name
-    fix = f"{flag} must be a {producer} output directory"
-    if not path.is_file():
-        raise InputDataError(f"{path} not found: {fix}")
-    try:
-        table = pq.read_table(path)
-    except pa.ArrowException as exc:
-        raise InputDataError(f"{path} cannot be read as Parquet ({exc}): {fix}") from None
-    missing = [col for col in columns if col not in table.column_names]
-    if missing:
-        raise InputDataError(f"{path} lacks the column(s) {', '.join(missing)}: {fix}, as {producer} writes it")
-    if table.num_rows == 0:
-        raise InputDataError(f"{path} has no rows: rerun {producer} and give its output directory as {flag}")
-    keyed = table.select([col for col in ("mode", *finite) if col in table.column_names]).to_pylist()
-    bad = sum(
-        r.get("mode") != BASELINE and not all(isinstance(r[k], int | float) and math.isfinite(r[k]) for k in finite)
-        for r in keyed
-    )
-    if bad:
-        raise InputDataError(f"{path} has {bad} row(s) without a finite {'/'.join(finite)}: {fix}")
-    return table
-
-
-def _check_min_sw(min_sw: float | None, runs: list[int], source: str) -> None:
-    """Refuse a --min-sw no statistic can meet: Sw counts the distinct outputs among a word's K runs,
-    so it is at most K (the flag keeps its meaning, an absolute count; --max-nw-fraction is a share)."""
-    from dpspark.errors import ConfigError
-
-    if min_sw is None or not runs or min_sw <= max(runs):
-        return
-    k = max(runs)
-    raise ConfigError(
-        f"min_sw {min_sw:g} can never be met: Sw counts the distinct words among the K = {k} runs of a word "
-        f"({source}), so it is at most {k}; give --min-sw {k} or less (Sw = K: every run a different word), "
-        f"or statistics with --runs {math.ceil(min_sw)} or more"
-    )
-
-
 def _cmd_calibrate(c: Any) -> int:
     from dpspark import report
-    from dpspark.outputs import to_json
-    from dpspark.stats import Bounds, calibrate
+    from dpspark.spark.calibrate import run_calibrate
 
-    bounds = None
-    if c.nw_sw_bounds or not c.joint:  # Nw/Sw alone keeps its default bound (max Nw <= 0.5·K)
-        bounds = Bounds(
-            max_nw_fraction=c.max_nw_fraction if c.max_nw_fraction is not None or c.min_sw is not None else 0.5,
-            min_sw=c.min_sw,
-            percentile=c.percentile,
-        )
-    stats_dir, computed = c.stats, False
-    if bounds is not None and stats_dir is None:
-        _check_min_sw(c.min_sw, [c.runs], "set by --runs")
-        from dpspark.config import StatsConfig
-        from dpspark.spark.stats import run_privacy_stats
-
-        fields = set(StatsConfig.fields())
-        run_privacy_stats(StatsConfig.parse({k: v for k, v in c.dict().items() if k in fields}))
-        stats_dir, computed = c.output, True
-    result, text = None, ""
-    if bounds is not None:
-        columns, finite = ("epsilon", "lambda", "nw", "sw", "runs"), ("epsilon", "runs")
-        per_word = _report_table(stats_dir, "per_word.parquet", "--stats", "privacy-stats", columns, finite)
-        table = report.grid(per_word)
-        _check_min_sw(c.min_sw, [k for _, _, k in table.values()], f"read from {Path(stats_dir) / 'per_word.parquet'}")
-        result = calibrate(table, bounds)
-        text = f"{'worst case' if bounds.percentile == 100 else f'{bounds.percentile:g}th percentile'}: " + ", ".join(
-            t
-            for t in (
-                None if bounds.max_nw_fraction is None else f"Nw <= {bounds.max_nw_fraction:g}·K",
-                None if bounds.min_sw is None else f"Sw >= {bounds.min_sw:g}",
-            )
-            if t
-        )
+    result = run_calibrate(c)
     if c.joint:
-        return _joint_calibrate(c, result, text, stats_dir if computed else None)
-    md = report.calibration_md(result, text)
-    (Path(stats_dir) / "calibration.md").write_text(md, encoding="utf-8")
-    (Path(stats_dir) / "calibration.json").write_text(to_json({"bounds": text, **result}), encoding="utf-8")
-    _print(md)
+        _print(report.frontier_md(result, result["bounds"]))
+        if result["best"] is None:
+            print("dpspark calibrate: no (ε, λ) of the grid meets these bounds", file=sys.stderr)
+            return NO_EPSILON_MEETS_BOUNDS
+        return 0
+    _print(report.calibration_md(result, result["bounds"]))
     if result["best"] is None:
         print("dpspark calibrate: no ε in range meets these bounds for any setting", file=sys.stderr)
-        return NO_EPSILON_MEETS_BOUNDS
-    return 0
-
-
-def _joint_calibrate(c: Any, nw_result: dict | None, nw_text: str, own_dir: str | None) -> int:
-    """Utility / re-identification bounds (with the Nw/Sw ones when given): Xu et al. §6."""
-    from dpspark import report, utility
-    from dpspark.errors import ConfigError, InputDataError
-    from dpspark.outputs import to_json, writing_into
-    from dpspark.stats import joint_calibrate
-
-    points: dict[tuple[float, float], dict] = {}
-    sources, grid = [], ("epsilon", "lambda")
-    if c.utility:
-        table = _report_table(c.utility, "summary.parquet", "--utility", "evaluate-utility", ("mode", *grid), grid)
-        summary = table.to_pylist()
-        if sum(s["mode"] == utility.BASELINE for s in summary) != 1:
-            raise InputDataError(
-                f"{Path(c.utility) / 'summary.parquet'} needs exactly one {utility.BASELINE} row: --utility must be "
-                "an evaluate-utility output directory"
-            )
-        if f"{c.utility_metric}_mean" not in summary[0]:
-            names = sorted(k.removesuffix("_mean") for k in summary[0] if k.endswith("_mean"))
-            raise ConfigError(f"utility_metric {c.utility_metric!r} is not in {c.utility}; one of {', '.join(names)}")
-        for key, loss in utility.utility_loss(summary, c.utility_metric).items():
-            points.setdefault(key, {})["utility_loss"] = loss
-        sources.append("utility")
-    if c.risk:
-        risk = _report_table(c.risk, "risk.parquet", "--risk", "privacy-risk", ("epsilon", "lambda", "top1"), grid)
-        for r in risk.to_pylist():
-            points.setdefault((r["epsilon"], r["lambda"]), {})["reidentification"] = r["top1"]
-        sources.append("risk")
-    if nw_result is not None:
-        # The joint grid is (ε, λ) of the noise family (what evaluate-utility and privacy-risk measure).
-        for row in (r for r in nw_result["per_setting"] if r["lambda"] is not None):
-            for chk in row["checked"]:
-                points.setdefault((chk["epsilon"], row["lambda"]), {})["nw_sw_met"] = chk["met"]
-        sources.append("stats")
-    # Only the (ε, λ) that every source measured can be judged.
-    need = {"utility": "utility_loss", "risk": "reidentification", "stats": "nw_sw_met"}
-    points = {k: p for k, p in points.items() if all(need[s] in p for s in sources)}
-    if not points:
-        raise InputDataError(
-            f"the {', '.join(sources)} outputs share no (ε, λ): run them over the same grid (--epsilons, --lambdas)"
-        )
-    result = joint_calibrate(points, c.max_utility_loss, c.max_reidentification)
-    parts = [nw_text] if nw_text else []
-    if c.max_utility_loss is not None:
-        parts.append(f"{c.utility_metric} loss <= {c.max_utility_loss:g} (worse of train-time and test-time)")
-    if c.max_reidentification is not None:
-        parts.append(f"top-1 re-identification <= {c.max_reidentification:g}")
-    text = "; ".join(parts)
-    md = report.frontier_md(result, text)
-    if own_dir is None and not c.output:
-        raise ConfigError("output: give the directory for the calibration (--output DIR)")
-
-    def write(out: Path, written: list[Path]) -> None:
-        for name, data in (("calibration.md", md), ("calibration.json", to_json({"bounds": text, **result}))):
-            written.append(out / name)
-            (out / name).write_text(data, encoding="utf-8")
-        written += [out / "frontier.csv", out / "frontier.png"]
-        report.write_frontier_csv(result, out)
-        report.write_frontier_plot(result, out, c.max_utility_loss, c.max_reidentification)
-
-    if own_dir is not None:  # the privacy-stats output this run just wrote
-        write(Path(own_dir), [])
-    else:
-        with writing_into(c.output, c.mode == "overwrite", "calibration") as written:
-            write(Path(c.output), written)
-    _print(md)
-    if result["best"] is None:
-        print("dpspark calibrate: no (ε, λ) of the grid meets these bounds", file=sys.stderr)
         return NO_EPSILON_MEETS_BOUNDS
     return 0
 

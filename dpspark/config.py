@@ -802,7 +802,7 @@ HELP_TITLES: dict[str, dict[str, str]] = {
         "grid and words measured": "statistics to compute first, as privacy-stats does" + _COMPUTED,
         "embedding and vocabulary": "embedding and vocabulary" + _COMPUTED,
         "nearest-neighbour search": "nearest-neighbour search" + _COMPUTED,
-        "Spark": "Spark" + _COMPUTED,
+        # Spark is not among them: the session's file system reads --stats and writes the calibration.
     },
     "EvaluateVectorsConfig": {"evaluation": "experiment (seeded, on public words)"},
     "EmbeddingReportConfig": {"evaluation": "report"},

@@ -1,4 +1,11 @@
-"""Report directories written by the driver: refuse to clobber, clean up on failure, strict JSON."""
+"""Strict JSON for every output, and the report directories of the commands that run without Spark.
+
+The Spark commands' reports (privacy-stats, privacy-risk, evaluate-utility, calibrate) go through
+``dpspark.spark.reports.ReportOutput``: the session's file system, a hidden stage, the output's
+lock, the manifest last. ``check_output_dir`` and ``writing_into`` serve embedding-report and
+evaluate-vectors, which read only public data, run on the driver alone and must work where pyspark
+is not installed: they write local paths with ``pathlib``.
+"""
 
 from __future__ import annotations
 

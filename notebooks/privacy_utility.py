@@ -10,7 +10,8 @@
 # MAGIC    (train-time), and trained on plain and tested on perturbed (test-time), R perturbations per
 # MAGIC    (ε, λ), against the non-private baseline;
 # MAGIC 2. `dpspark privacy-risk`: the share of corpus tokens an informed attacker recovers;
-# MAGIC 3. `dpspark calibrate` with a utility-loss and a re-identification bound: the frontier and the choice.
+# MAGIC 3. `dpspark.calibrate` (the `dpspark calibrate` command) with a utility-loss and a re-identification
+# MAGIC    bound: the frontier and the choice.
 # MAGIC
 # MAGIC The widgets take the same settings as the commands, validated by the same models
 # MAGIC (`dpspark.config.EvaluateUtilityConfig`, `RiskConfig`). Leave `input` empty to use the SMS Spam
@@ -47,7 +48,6 @@ dbutils.widgets.text("max_reidentification", "0.2", "Bound: top-1 re-identificat
 
 # COMMAND ----------
 
-import shutil
 from pathlib import Path
 
 from dpspark.config import CalibrateConfig, EvaluateUtilityConfig, RiskConfig
@@ -92,6 +92,8 @@ bounds = CalibrateConfig.parse(
         "risk": risk_config.output,
         "max_utility_loss": dbutils.widgets.get("max_utility_loss"),
         "max_reidentification": dbutils.widgets.get("max_reidentification"),
+        "output": str(out / "calibration"),
+        "mode": "overwrite",
     }
 )
 print(f"data {data}; ε {utility_config.epsilons}, λ {utility_config.lambdas}, R = {utility_config.repeats}")
@@ -155,27 +157,18 @@ show_png(Path(risk_config.output) / "reidentification.png")
 
 # COMMAND ----------
 
-from dpspark.cli import main
+import dpspark
 
-calibration = out / "calibration"
-shutil.rmtree(calibration, ignore_errors=True)
-code = main(
-    [
-        "calibrate",
-        "--utility",
-        bounds.utility,
-        "--risk",
-        bounds.risk,
-        "--max-utility-loss",
-        str(bounds.max_utility_loss),
-        "--max-reidentification",
-        str(bounds.max_reidentification),
-        "--output",
-        str(calibration),
-        "--quiet",
-    ]
+calibration = dpspark.calibrate(
+    utility=bounds.utility,
+    risk=bounds.risk,
+    max_utility_loss=bounds.max_utility_loss,
+    max_reidentification=bounds.max_reidentification,
+    output=bounds.output,
+    mode=bounds.mode,
+    spark=spark,
 )
-frontier = pd.read_csv(calibration / "frontier.csv")
-display(frontier)
-show_png(calibration / "frontier.png")
-print("nothing qualifies (exit code 6)" if code else (calibration / "calibration.md").read_text().splitlines()[-1])
+display(pd.DataFrame(calibration["rows"]))
+show_png(Path(bounds.output) / "frontier.png")
+best = calibration["best"]
+print("nothing meets the bounds" if best is None else f"choice: ε = {best['epsilon']:g}, λ = {best['lambda']:g}")

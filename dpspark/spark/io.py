@@ -21,6 +21,7 @@ import posixpath
 import socket
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -532,6 +533,33 @@ def commit_stage(fs: FileSystem, paths: Paths, stage: str, existed: bool, run_id
         fs.rename(old, out)
         raise
     fs.remove(old)
+
+
+def publish(
+    fs: FileSystem,
+    paths: Paths,
+    stage: str,
+    files: Iterable[tuple[str, bytes]],
+    manifest: dict[str, Any],
+    existed: bool,
+    run_id: str,
+    check: Callable[[], None] | None = None,
+) -> None:
+    """Publish a whole output directory: the one commit of a full release and of every report.
+
+    Writes ``files`` (name, bytes) into the hidden ``stage``, beside whatever the caller already
+    wrote there (the data of a release, its ledger entries), then the manifest: the last file,
+    so a reader that sees it sees a complete output. Then, holding the output's lock, runs
+    ``check`` (a release re-reads its ledger there: no other run may have released meanwhile)
+    and moves the stage into place (``commit_stage``). On failure the caller removes the stage.
+    """
+    for name, data in files:
+        fs.write_bytes(f"{stage}/{name}", data)
+    fs.write_text(f"{stage}/{MANIFEST}", to_json(manifest))
+    with paths.lock(run_id):
+        if check is not None:
+            check()
+        commit_stage(fs, paths, stage, existed, run_id)
 
 
 def type_changes(fs: FileSystem, input_files: list[str], stage: str, skip: list[str]) -> list[dict[str, str]] | None:

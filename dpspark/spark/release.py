@@ -338,17 +338,17 @@ def _commit(
 ) -> None:
     out = paths.output
     if spec is None:
-        # A full release: everything goes into the stage, which then replaces the output.
-        for name, data in side_files.items():
-            fs.write_bytes(f"{stage}/{name}", data)
+        # A full release: everything goes into the stage, which then replaces the output
+        # (``io.publish``, the commit every report takes too), the ledger checked under the lock.
         for e in earlier:  # an overwritten release keeps its history
             io.write_ledger_entry(fs, stage, e)
         io.write_ledger_entry(fs, stage, entry)
-        fs.write_text(f"{stage}/{io.MANIFEST}", to_json(manifest))
-        with paths.lock(entry["run_id"]):
+
+        def unchanged() -> None:
             if existed and fs.exists(out):
                 ledger.check_unchanged(earlier, io.read_ledger(fs, out), spec, paths.output_given)
-            io.commit_stage(fs, paths, stage, existed, entry["run_id"])
+
+        io.publish(fs, paths, stage, side_files.items(), manifest, existed, entry["run_id"], unchanged)
         return
     # ETL: record the release, then move the partition's directory into the output. The
     # entry goes first: a run killed in between leaves a release recorded that may not

@@ -32,12 +32,11 @@ from dpspark.config import StatsConfig
 from dpspark.embeddings import Embeddings
 from dpspark.errors import ConfigError
 from dpspark.neighbours import AnnoyIndex
-from dpspark.outputs import to_json
 from dpspark.prepare import Grid, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe, watching
 from dpspark.rng import new_job_key
-from dpspark.spark import io, resources
-from dpspark.spark.fs import FileSystem
+from dpspark.spark import resources
+from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
 from dpspark.stats import WorkItem, exact_nw_sw, item_counts, plan, rows_of_words, sample_words
 
@@ -231,20 +230,22 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
     """Compute Nw/Sw for every (ε, λ, word); write per_word.parquet, summaries, plots, manifest.
 
     The tables and plots are made on the driver in a scratch directory, then committed
-    through the session's file system like every release (hidden stage, manifest last).
+    through the session's file system like every report (``reports.ReportOutput``: hidden
+    stage, manifest last).
     """
     started = time.time()
     if not config.output:
         raise ConfigError("output: give the directory for the statistics (--output DIR)")
     spark = spark or get_session(config.master, remote=config.remote)
-    fs = FileSystem(spark)
-    paths = io.Paths(fs, config.corpus, config.output)
-    paths.check_overlap()
-    existed = paths.check_output(config.mode, partitioned=False)
-    run_id = io.new_run_id()
+    with ReportOutput(spark, config.corpus, config.output, config.mode, "statistics") as out:
+        return _run(config, spark, out, started)
+
+
+def _run(config: StatsConfig, spark: SparkSession, out: ReportOutput, started: float) -> dict:
+    """The statistics of ``run_privacy_stats``, written into ``out.local`` and committed by ``out``."""
+    run_id = out.run_id
     work = resources.scratch_dir() / f"stats-{run_id}"
     work.mkdir()
-    stage = paths.stage_name(run_id)
     shipment = None
     try:
         t0 = time.perf_counter()
@@ -266,8 +267,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
         exact = exact_statistics(grid, word_rows, config.runs)
         exact_s = time.perf_counter() - t0
         table = per_word_table(specs, result, emb.words, exact, word_rows)
-        local = work / "report"
-        local.mkdir()
+        local = out.local
         pq.write_table(table, local / "per_word.parquet")
         summary = report.write_summary(table, local)
         plots = report.write_plots(table, local, len(vocab_rows), emb.name)
@@ -303,14 +303,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
             "duration_s": round(time.time() - started, 3),
         }
         manifest["status"] = "succeeded"
-        for f in sorted(local.iterdir()):
-            fs.write_bytes(f"{stage}/{f.name}", f.read_bytes())
-        fs.write_text(f"{stage}/{io.MANIFEST}", to_json(manifest))
-        with paths.lock(run_id):
-            io.commit_stage(fs, paths, stage, existed, run_id)
-    except BaseException:
-        fs.remove(stage)
-        raise
+        out.commit(manifest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if shipment is not None:

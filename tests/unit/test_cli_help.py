@@ -9,9 +9,6 @@ import re
 import shlex
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from dpspark import cli, config, errors
@@ -155,8 +152,9 @@ def test_calibrate_help_separates_reading_from_computing():
     assert re.findall(r"^  (--[a-z-]+)", groups[cli.REQUIRED_TITLE], re.M) == ["--stats", "--output"]
     assert "--min-sw" in groups["bounds"] and "--max-nw-fraction" in groups["bounds"]
     computed = [t for t in groups if t.endswith("(only without --stats)")]
-    assert len(computed) == 4  # the grid, the embedding, the search, Spark: used only to compute statistics
+    assert len(computed) == 3  # the grid, the embedding, the search: used only to compute statistics
     assert all(f in "".join(groups[t] for t in computed) for f in ("--runs", "--epsilons", "--vocab-size", "--nn"))
+    assert "--master" in groups["Spark"]  # the session reads --stats and writes the calibration too
     # A flag accepted (one model family) but not used is not advertised: embedding-report runs no executor.
     report = help_text("embedding-report")
     assert "--embeddings-dir" not in report and "--embeddings " in report
@@ -164,56 +162,18 @@ def test_calibrate_help_separates_reading_from_computing():
 
 
 # --- 5. --min-sw against K ---------------------------------------------------------------------------
+# Against the K of statistics read with --stats: tests/spark/test_calibrate.py (reading needs the session).
 
 
-def write_stats(directory: Path, runs: int) -> None:
-    directory.mkdir()
-    rng = np.random.default_rng(0)
-    n = 6
-    pq.write_table(
-        pa.table(
-            {
-                "epsilon": [1.0, 5.0, 10.0] * (n // 3),
-                "lambda": [1.0] * n,
-                "word": list(range(n)),
-                "nw": rng.integers(0, 3, n),
-                "sw": rng.integers(runs - 2, runs + 1, n),
-                "runs": [runs] * n,
-            }
-        ),
-        directory / "per_word.parquet",
-    )
-
-
-def test_an_impossible_min_sw_is_refused_with_a_sentence(capsys, tmp_path):
-    stats = tmp_path / "stats"
-    write_stats(stats, runs=20)
-    code = main(["calibrate", "--stats", str(stats), "--min-sw", "25", "--quiet"])
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert code == errors.ConfigError.exit_code and len(lines) == 1, captured.err
-    assert lines[0].startswith("dpspark calibrate: error: min_sw 25 can never be met")
-    assert "K = 20" in lines[0] and "--min-sw 20 or less" in lines[0] and "--runs 25" in lines[0]
-    assert not (stats / "calibration.md").exists() and captured.out == ""
-    # Computed statistics: refused from --runs before any Spark work.
+def test_an_impossible_min_sw_is_refused_before_computing_statistics(capsys, tmp_path):
+    """Statistics to compute: refused from --runs before any Spark work."""
     out = tmp_path / "computed"
     assert main(["calibrate", "--output", str(out), "--runs", "20", "--min-sw", "20.5", "--quiet"]) == 2
-    assert "K = 20" in capsys.readouterr().err and not out.exists()
-
-
-def test_a_min_sw_of_k_is_a_bound_and_the_table_prints_under_quiet(capsys, tmp_path):
-    """Sw = K is possible (every run a different word): no refusal. The calibration table is the
-    result: it goes to stdout under --quiet too, with nothing on stderr."""
-    stats = tmp_path / "stats"
-    write_stats(stats, runs=20)
-    code = main(["calibrate", "--stats", str(stats), "--min-sw", "20", "--max-nw-fraction", "1", "--quiet"])
     captured = capsys.readouterr()
-    assert code in (0, cli.NO_EPSILON_MEETS_BOUNDS)
-    md = (stats / "calibration.md").read_text(encoding="utf-8")
-    assert md.strip() and md.strip() in captured.out and "Sw >= 20" in captured.out
-    assert captured.err == (
-        "" if code == 0 else "dpspark calibrate: no ε in range meets these bounds for any setting\n"
-    )
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpspark calibrate: error: min_sw 20.5 can never be met")
+    assert "K = 20" in lines[0] and "set by --runs" in lines[0] and "--runs 21" in lines[0]
+    assert not out.exists() and captured.out == ""
 
 
 # --- 6. evaluate-utility's --mode ----------------------------------------------------------------------

@@ -2,13 +2,12 @@
 sentence naming the problem and the fix, nothing written, the input untouched.
 
 Every CLI case runs ``dpspark.cli.main`` in-process; none of them needs Spark (each fails
-in the configuration or in calibrate's reading of report files, before a session starts).
+in the configuration, before a session starts).
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import math
 import os
 import shutil
@@ -18,13 +17,11 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from dpspark import config
-from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, explain_failure, main
-from dpspark.errors import ConfigError, InputDataError, OutputError
+from dpspark.cli import explain_failure, main
+from dpspark.errors import ConfigError, OutputError
 from dpspark.stats import Bounds, calibrate, joint_calibrate
 from dpspark.utility import BASELINE, utility_loss
 
@@ -173,18 +170,6 @@ def test_a_full_disk_is_exit_5(capsys):
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
-def test_a_full_disk_through_the_command(capsys, tmp_path):
-    # calibrate writes calibration.md into the --stats directory: here a device that is always full.
-    stats = tmp_path / "stats"
-    stats.mkdir()
-    write_per_word(stats)
-    (stats / "calibration.md").symlink_to("/dev/full")
-    code, err = run(capsys, "calibrate", "--stats", str(stats), "--quiet")
-    assert_refused(code, err, OutputError, "calibrate", "the disk", "is full: free space or choose another --output")
-    assert not (stats / "calibration.json").exists()
-
-
 # --- 6. ε floor --------------------------------------------------------------------------------
 
 
@@ -313,111 +298,5 @@ def test_utility_loss_keeps_a_nan_of_either_mode():
     assert loss[(4.0, 1.0)] == pytest.approx(0.1)
 
 
-def write_per_word(directory: Path, rows: int = 4) -> None:
-    rng = np.random.default_rng(0)
-    pq.write_table(
-        pa.table(
-            {
-                "epsilon": [1.0, 5.0] * (rows // 2),
-                "lambda": [1.0] * rows,
-                "word": list(range(rows)),
-                "nw": rng.integers(0, 10, rows),
-                "sw": rng.integers(1, 10, rows),
-                "runs": [10] * rows,
-            }
-        ),
-        directory / "per_word.parquet",
-    )
-
-
-def write_risk(directory: Path, top1: list[float], epsilons: list[float] | None = None) -> None:
-    epsilons = epsilons or [float(e) for e in range(1, len(top1) + 1)]
-    pq.write_table(
-        pa.table({"epsilon": epsilons, "lambda": [1.0] * len(top1), "top1": top1}), directory / "risk.parquet"
-    )
-
-
-def write_utility(directory: Path, accuracy: list[float]) -> None:
-    rows = [{"mode": BASELINE, "epsilon": None, "lambda": None, "accuracy_mean": 0.9}]
-    rows += [
-        {"mode": "train-time", "epsilon": float(e), "lambda": 1.0, "accuracy_mean": a}
-        for e, a in enumerate(accuracy, 1)
-    ]
-    pq.write_table(pa.Table.from_pylist(rows), directory / "summary.parquet")
-
-
-SOURCES = {
-    # flag: (file, its writer, the bound the flag needs)
-    "--stats": ("per_word.parquet", write_per_word, ()),
-    "--risk": ("risk.parquet", lambda d: write_risk(d, [0.1, 0.3]), ("--max-reidentification", "0.2")),
-    "--utility": ("summary.parquet", lambda d: write_utility(d, [0.88, 0.7]), ("--max-utility-loss", "0.05")),
-}
-
-
-def spoil(path: Path, how: str) -> str:
-    """Damage a report table; return what the message must name."""
-    table = pq.read_table(path)
-    if how == "not parquet":
-        path.write_text("epsilon,lambda\n1,1\n")
-        return "cannot be read as Parquet"
-    if how == "missing column":
-        pq.write_table(table.drop(["lambda"]), path)
-        return "lacks the column(s) lambda"
-    if how == "no rows":
-        pq.write_table(table.slice(0, 0), path)
-        return "has no rows"
-    assert how == "nan epsilon"
-    eps = table.column("epsilon").to_pylist()
-    eps[-1] = math.nan
-    pq.write_table(table.set_column(table.column_names.index("epsilon"), "epsilon", pa.array(eps)), path)
-    return "1 row(s) without a finite epsilon"
-
-
-@pytest.mark.parametrize("how", ["not parquet", "missing column", "no rows", "nan epsilon"])
-@pytest.mark.parametrize("flag", list(SOURCES))
-def test_calibrate_refuses_malformed_report_files(capsys, tmp_path, flag, how):
-    name, write, bound = SOURCES[flag]
-    source = tmp_path / "source"
-    source.mkdir()
-    write(source)
-    fragment = spoil(source / name, how)
-    before = snapshot(tmp_path)
-    out = tmp_path / "calibration"
-    argv = ["calibrate", flag, str(source), *bound, "--quiet"] + (["--output", str(out)] if bound else [])
-    code, err = run(capsys, *argv)
-    assert_refused(code, err, InputDataError, "calibrate", str(source / name), fragment, flag)
-    assert not out.exists()
-    assert snapshot(tmp_path) == before  # nothing written into the source either (calibration.md)
-
-
-def test_calibrate_refuses_a_utility_summary_without_its_baseline(capsys, tmp_path):
-    source = tmp_path / "u"
-    source.mkdir()
-    write_utility(source, [0.88])
-    table = pq.read_table(source / "summary.parquet")
-    pq.write_table(table.slice(1), source / "summary.parquet")
-    before = snapshot(tmp_path)
-    code, err = run(
-        capsys, "calibrate", "--utility", str(source), "--max-utility-loss", "0.05", "--output", str(tmp_path / "o")
-    )
-    assert_refused(code, err, InputDataError, "calibrate", "needs exactly one baseline row")
-    assert snapshot(tmp_path) == before
-
-
-def test_calibrate_with_a_nan_figure_recommends_nothing(capsys, tmp_path):
-    risk = tmp_path / "r"
-    risk.mkdir()
-    write_risk(risk, [0.5, math.nan, 0.6])  # only the NaN row would be under the bound
-    before = snapshot(risk)
-    out = tmp_path / "cal"
-    code, err = run(capsys, "calibrate", "--risk", str(risk), "--max-reidentification", "0.2", "--output", str(out))
-    assert code == NO_EPSILON_MEETS_BOUNDS, err
-    result = json.loads((out / "calibration.json").read_text())
-    assert result["best"] is None and not any(r["met"] for r in result["rows"])
-    assert snapshot(risk) == before
-    # The same table with the NaN row measured: that row is recommended.
-    write_risk(risk, [0.5, 0.1, 0.6])
-    assert (
-        main(["calibrate", "--risk", str(risk), "--max-reidentification", "0.2", "--output", str(tmp_path / "c2")]) == 0
-    )
-    assert json.loads((tmp_path / "c2" / "calibration.json").read_text())["best"] == {"epsilon": 2.0, "lambda": 1.0}
+# Calibrate's reading of report files (malformed files refused, NaN figures) needs the session's file
+# system: tests/spark/test_calibrate.py.
