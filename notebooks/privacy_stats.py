@@ -32,8 +32,8 @@ dbutils.widgets.text("output", "/tmp/dpspark_notebook/privacy_stats", "Output di
 dbutils.widgets.text("epsilons", "5,10", "ε grid (comma-separated)")
 from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
 
-dbutils.widgets.multiselect("mechanisms", "laplace", list(REGISTRY), "Mechanisms")
-dbutils.widgets.text("lambdas", "0,1", "λ grid of mahalanobis and vickrey (comma-separated, in [0, 1])")
+dbutils.widgets.multiselect("mechanisms", "mahalanobis", list(REGISTRY), "Mechanisms")
+dbutils.widgets.text("lambdas", "0,1", "λ grid of mahalanobis and vickrey (comma-separated, in [0, 1]; 0 is laplace)")
 dbutils.widgets.text("runs", "20", "K: perturbations per word")
 dbutils.widgets.text("words", "50", "Words sampled from the vocabulary")
 dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
@@ -92,7 +92,7 @@ from pathlib import Path
 import pandas as pd
 
 summary = pd.read_csv(Path(config.output) / "summary.csv")
-columns = ["setting", "epsilon", "runs", "words", "nw_mean", "nw_p50", "nw_p95", "nw_max"]
+columns = ["setting", "epsilon", "lambda", "runs", "words", "nw_mean", "nw_p50", "nw_p95", "nw_max"]
 columns += ["sw_mean", "sw_p5", "sw_p50", "sw_min", "exact_nw_mean", "exact_sw_mean"]
 display(summary[columns])
 

@@ -84,8 +84,9 @@ def test_privacy_stats_notebook(spark, tmp_path):
     out = tmp_path / "stats"
     result = run_notebook(NOTEBOOKS / "privacy_stats.py", {"output": str(out), "runs": "10"}, spark=spark)
     (summary,) = frames(result, "epsilon", "lambda", "nw_mean", "sw_mean")
-    assert len(summary) == 4  # ε {5, 10} × λ {0, 1}
+    assert len(summary) == 4  # ε {5, 10} × λ {0, 1}: mahalanobis, whose λ = 0 is the Laplace mechanism
     assert set(summary["epsilon"]) == {5.0, 10.0} and set(summary["lambda"]) == {0.0, 1.0}
+    assert set(summary["setting"]) == {"laplace", "mahalanobis λ=1"}
     assert (summary["runs"] == 10).all() and (summary["nw_max"] <= 10).all() and (summary["sw_min"] >= 1).all()
     images = [h for h in result["html"] if 'src="data:image/png;base64,' in h]
     assert len(images) == 2
@@ -95,6 +96,16 @@ def test_privacy_stats_notebook(spark, tmp_path):
     assert len(per_word) == 20
     for name in ("per_word.parquet", "summary.csv", "summary.md", "percentiles.png", "histograms.png"):
         assert (out / name).is_file(), name
+
+
+def test_privacy_stats_notebook_mixes_mechanisms(spark, tmp_path):
+    out = tmp_path / "stats"
+    widgets = {"output": str(out), "runs": "10", "mechanisms": "vickrey,tem,santext", "lambdas": "1"}
+    result = run_notebook(NOTEBOOKS / "privacy_stats.py", widgets, spark=spark)
+    (summary,) = frames(result, "setting", "epsilon", "nw_mean", "exact_nw_mean")
+    assert set(summary["setting"]) == {"vickrey λ=1 t=0.5", "tem β=0.001", "santext"} and len(summary) == 6
+    exact = summary[summary["setting"] != "vickrey λ=1 t=0.5"]
+    assert exact["exact_nw_mean"].notna().all() and summary["exact_nw_mean"].isna().sum() == 2
 
 
 def test_release_vectors_notebook(spark, tmp_path):
