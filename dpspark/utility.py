@@ -5,11 +5,13 @@ Pure numpy (and matplotlib for the plots); the Spark job is ``dpspark.spark.util
 Xu et al. (2020) §5.2 train text classifiers on perturbed SMSSpam/Twitter data and plot
 accuracy, precision and recall against ε per λ (Figs. 6–7); Feyisetan et al. (2020) §5
 separate **train-time** utility (train on perturbed text, test on plain) from
-**test-time** utility (train on plain text, test on perturbed). Each (ε, λ) is run R
-times with independent noise; a metric is reported as its mean over the R runs with a
-95% Student-t interval (R − 1 degrees of freedom): the spread of the noise, the split
-being fixed. The non-private baseline (plain train, plain test) is one run: it has no
-noise to average over.
+**test-time** utility (train on plain text, test on perturbed). Each setting of the grid
+(a mechanism with its own parameters, ``report.series_label``, at one ε) is run R times
+with independent noise; a metric is reported as its mean over the R runs with a 95%
+Student-t interval (R − 1 degrees of freedom): the spread of the noise, the split being
+fixed. The non-private baseline (plain train, plain test) is one run: it has no noise to
+average over. Tables have a row per setting and a column per ε; ε of mechanisms of
+different guarantee types is not one scale (``report.guarantee_note``).
 
 Binary labels give accuracy, precision, recall, F1 and ROC AUC of the positive class
 (the last label in sorted order: 1, true, "spam"); more classes give accuracy and
@@ -28,6 +30,7 @@ BINARY_METRICS = ("accuracy", "precision", "recall", "f1", "auc")
 MULTICLASS_METRICS = ("accuracy", "macro_f1")
 MODES = ("train-time", "test-time")
 BASELINE = "baseline"
+MODE_TEXT = {"train-time": "train on perturbed, test on plain", "test-time": "train on plain, test on perturbed"}
 
 # t_{0.975, df} for df = 1..30 (beyond: a Cornish–Fisher expansion).
 _T975 = (
@@ -122,19 +125,56 @@ def classification_metrics(
     return out
 
 
-def summarise(rows: list[dict], metrics: Sequence[str]) -> list[dict]:
-    """One row per (mode, ε, λ): for each metric its mean, 95% CI (low, high) over the repeats.
+def setting_of(row: dict) -> str | None:
+    """The row's setting without ε (``report.series_label``, e.g. ``mahalanobis λ=1``, ``tem β=0.001``);
+    None for the baseline. Rows written before the setting column are of the noise family: λ = 0 is
+    the Laplace mechanism, λ > 0 Mahalanobis."""
+    if row["mode"] == BASELINE:
+        return None
+    if row.get("setting"):
+        return row["setting"]
+    from dpspark.report import series_label
 
-    ``rows``: the results, one per (mode, ε, λ, repeat), with the metric values; the
-    baseline row has mode ``baseline`` and ε = λ = None. Every metric lies in [0, 1], so
-    the t-interval (which with R = 3 can pass those limits) is clipped to it.
+    lam = row["lambda"]
+    return series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam})
+
+
+def mechanism_of(row: dict) -> str | None:
+    """The row's mechanism (None for the baseline); rows without the column are of the noise family."""
+    setting = setting_of(row)
+    return None if setting is None else (row.get("mechanism") or setting.split()[0])
+
+
+def settings_of(rows: Sequence[dict]) -> list[str]:
+    """The settings of ``rows`` (baseline left out) in the order they first appear."""
+    return [s for s in dict.fromkeys(setting_of(r) for r in rows) if s is not None]
+
+
+def summarise(rows: list[dict], metrics: Sequence[str]) -> list[dict]:
+    """One row per (mode, setting, ε): for each metric its mean, 95% CI (low, high) over the repeats.
+
+    ``rows``: the results, one per (mode, setting, ε, repeat), with the metric values, the
+    mechanism, the setting (``report.series_label``) and one column per grid axis (``lambda``
+    first; None where it is not the setting's); rows without ``setting`` are read as the noise
+    family's (ε, λ). The baseline row has mode ``baseline`` and no setting, ε or λ. Every
+    metric lies in [0, 1], so the t-interval (which with R = 3 can pass those limits) is
+    clipped to it. Rows come out by mode, then setting (in order of first appearance), then ε.
     """
+    from dpspark.report import axis_names
+
+    order = {s: i for i, s in enumerate(settings_of(rows))}
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["mode"], r["epsilon"], r["lambda"]), []).append(r)
+        groups.setdefault((r["mode"], setting_of(r), r["epsilon"]), []).append(r)
+    axes = axis_names()
     out = []
-    for (mode, e, lam), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)):
-        s: dict = {"mode": mode, "epsilon": e, "lambda": lam, "repeats": len(rs)}
+    for (mode, setting, e), rs in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], -1), kv[0][2] or 0)
+    ):
+        first = rs[0]
+        s: dict = {"mode": mode, "mechanism": mechanism_of(first), "setting": setting, "epsilon": e}
+        s.update({a: first.get(a) for a in axes})
+        s["repeats"] = len(rs)
         for m in metrics:
             mean, low, high = mean_ci([r[m] for r in rs])
             s[f"{m}_mean"], s[f"{m}_low"], s[f"{m}_high"] = mean, max(low, 0.0), min(high, 1.0)
@@ -148,7 +188,11 @@ def baseline_of(summary: list[dict]) -> dict:
 
 
 def summary_md(summary: list[dict], metrics: Sequence[str], title: str, notes: Sequence[str] = ()) -> str:
-    """Tables as in Xu et al.'s figures: rows λ, columns ε, a cell "mean (low–high)", per mode and metric."""
+    """Tables as in Xu et al.'s figures: a row per setting (mechanism and its own parameters),
+    columns ε, a cell "mean (low–high)", per mode and metric; the guarantee note under them, then
+    each setting against the Laplace mechanism."""
+    from dpspark.report import guarantee_note
+
     base = baseline_of(summary)
     lines = [f"# {title}", ""]
     lines.append(
@@ -162,28 +206,34 @@ def summary_md(summary: list[dict], metrics: Sequence[str], title: str, notes: S
         if not rows:
             continue
         eps = sorted({s["epsilon"] for s in rows})
-        lams = sorted({s["lambda"] for s in rows})
-        by = {(s["epsilon"], s["lambda"]): s for s in rows}
-        what = "train on perturbed, test on plain" if mode == "train-time" else "train on plain, test on perturbed"
+        settings = settings_of(rows)
+        by = {(s["epsilon"], setting_of(s)): s for s in rows}
+        repeats = rows[0]["repeats"]
+        over = f"mean over R = {repeats} (95% CI)" if repeats > 1 else "R = 1 perturbation (no interval)"
         for m in metrics:
             lines += [
-                f"## {mode} {m} ({what}): mean over R = {rows[0]['repeats']} (95% CI); "
-                f"baseline {base[f'{m}_mean']:.4f}",
+                f"## {mode} {m} ({MODE_TEXT[mode]}): {over}; baseline {base[f'{m}_mean']:.4f}",
                 "",
-                "| λ \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
+                "| setting \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
                 "|---|" + "---|" * len(eps),
             ]
-            for lam in lams:
+            for setting in settings:
                 cells = []
                 for e in eps:
-                    s = by.get((e, lam))
-                    cells.append(
-                        "–" if s is None else f"{s[f'{m}_mean']:.4f} ({s[f'{m}_low']:.4f}–{s[f'{m}_high']:.4f})"
-                    )
-                lines.append(f"| {lam:g} | " + " | ".join(cells) + " |")
+                    s = by.get((e, setting))
+                    cells.append("–" if s is None else cell(s, m))
+                lines.append(f"| {setting} | " + " | ".join(cells) + " |")
             lines.append("")
+    measured = [s for s in summary if s["mode"] != BASELINE]
+    lines += guarantee_note(sorted({mechanism_of(s) for s in measured}))
     lines += against_laplace(summary, metrics)
     return "\n".join(lines)
+
+
+def cell(s: dict, metric: str) -> str:
+    """A table cell: "mean (low–high)", or the mean alone for a single perturbation (no interval)."""
+    mean = f"{s[f'{metric}_mean']:.4f}"
+    return mean if s["repeats"] < 2 else f"{mean} ({s[f'{metric}_low']:.4f}–{s[f'{metric}_high']:.4f})"
 
 
 def separated(a: dict, b: dict, metric: str) -> bool:
@@ -192,25 +242,53 @@ def separated(a: dict, b: dict, metric: str) -> bool:
     return a[f"{metric}_high"] < b[f"{metric}_low"] or b[f"{metric}_high"] < a[f"{metric}_low"]
 
 
+LAPLACE = "laplace"  # the Laplace mechanism's setting (``report.series_label``): the reference of the comparison
+
+
 def against_laplace(summary: list[dict], metrics: Sequence[str]) -> list[str]:
-    """Markdown lines: for each mode and λ > 0, the (metric, ε) whose 95% CI does not overlap the
-    Laplace mechanism's (λ = 0) at the same ε; Xu et al.'s claim is that there are none. No
-    lines when the grid has no λ = 0 or nothing else."""
+    """Markdown lines: for each mode and each setting other than the Laplace mechanism, the
+    (metric, ε) whose 95% CI does not overlap the Laplace mechanism's at the same ε (Xu et al.'s
+    claim for λ > 0 is that there are none). No lines when the grid has no Laplace setting or
+    nothing else."""
     lines = []
+    other_types = False
     for mode in MODES:
-        by = {(s["epsilon"], s["lambda"]): s for s in summary if s["mode"] == mode}
+        rows = [s for s in summary if s["mode"] == mode]
+        types = _guarantee_types(rows)
+        by = {(s["epsilon"], setting_of(s)): s for s in rows}
         eps = sorted({e for e, _ in by})
-        for lam in sorted({lam for _, lam in by if lam}):
+        if not any(setting == LAPLACE for _, setting in by):
+            continue
+        for setting in settings_of(rows):
+            if setting == LAPLACE:
+                continue
+            other_types |= types[setting] != types[LAPLACE]
             diffs = [
-                f"{m} at ε = {e:g} ({by[(e, lam)][f'{m}_mean']:.4f} vs {by[(e, 0.0)][f'{m}_mean']:.4f})"
+                f"{m} at ε = {e:g} ({by[(e, setting)][f'{m}_mean']:.4f} vs {by[(e, LAPLACE)][f'{m}_mean']:.4f})"
                 for m in metrics
                 for e in eps
-                if (e, lam) in by and (e, 0.0) in by and separated(by[(e, lam)], by[(e, 0.0)], m)
+                if (e, setting) in by and (e, LAPLACE) in by and separated(by[(e, setting)], by[(e, LAPLACE)], m)
             ]
-            lines.append(f"- {mode}, λ = {lam:g}: " + ("; ".join(diffs) or "none: every interval overlaps"))
-    if not lines or not any(lam == 0.0 for s in summary for lam in [s["lambda"]]):
+            common = [e for e in eps if (e, setting) in by and (e, LAPLACE) in by]
+            if not common:
+                text = "no ε in common with laplace"
+            elif any(min(by[(e, setting)]["repeats"], by[(e, LAPLACE)]["repeats"]) < 2 for e in common):
+                text = "no interval to compare with R = 1 (run --repeats 2 or more)"
+            else:
+                text = "; ".join(diffs) or "none: every interval overlaps"
+            lines.append(f"- {mode}, {setting}: {text}")
+    if not lines:
         return []
-    return ["## Each λ against Laplace (λ = 0): 95% CIs that do not overlap", "", *lines, ""]
+    if all("no interval to compare" in line for line in lines):
+        lines = ["- no interval to compare with R = 1 perturbation per setting (run --repeats 2 or more)"]
+    head = ["## Each setting against Laplace at the same ε: 95% CIs that do not overlap", ""]
+    if other_types:
+        head += [
+            "Settings of another guarantee type than Laplace's (metric DP) do not share its scale of ε: "
+            "for them this compares utility at equal nominal ε, not at equal privacy.",
+            "",
+        ]
+    return [*head, *lines, ""]
 
 
 def _figure(rows: int, cols: int, figsize: tuple[float, float], **kw):  # noqa: ANN003, ANN202
@@ -231,7 +309,17 @@ METRIC_LABELS = {
     "auc": "ROC AUC",
     "macro_f1": "macro-F1: mean F1 over classes",
 }
-MODE_TEXT = {"train-time": "train on perturbed, test on plain", "test-time": "train on plain, test on perturbed"}
+
+
+def _guarantee_types(rows: Sequence[dict]) -> dict[str, str]:
+    """setting → its mechanism's guarantee type (``metric`` for a mechanism the registry does not know)."""
+    from dpspark.mechanisms import REGISTRY
+
+    out = {}
+    for r in rows:
+        spec = REGISTRY.get(mechanism_of(r) or "")
+        out.setdefault(setting_of(r), spec.guarantee_type if spec is not None else "metric")
+    return out
 
 
 def utility_figure(  # noqa: ANN201
@@ -244,27 +332,37 @@ def utility_figure(  # noqa: ANN201
     majority: float | None = None,
 ):
     """The Figure of ``utility_<mode>.png`` (None when ``mode`` has no rows): a panel per metric
-    in a grid of three columns, every panel on the same 0–1 scale, one line per λ with its 95% CI
-    band, the baseline dashed, the majority-class accuracy (``majority``, a share) dotted on the
-    accuracy panel, chance (0.5) on the AUC panel, and one legend in the grid's spare cell."""
+    in a grid of three columns, every panel on the same 0–1 scale, one line per setting (mechanism
+    and its own parameters; dashed for settings whose guarantee type is not metric DP) with its
+    95% CI band, the baseline dashed, the majority-class accuracy (``majority``, a share) dotted
+    on the accuracy panel, chance (0.5) on the AUC panel, and one legend in the grid's spare cell."""
     from dpspark.report import epsilon_axis
 
     base = baseline_of(summary)
     rows = [s for s in summary if s["mode"] == mode]
     if not rows:
         return None
-    lams = sorted({s["lambda"] for s in rows})
+    settings = settings_of(rows)
+    types = _guarantee_types(rows)
     eps = sorted({s["epsilon"] for s in rows})
+    band = "mean, 95% CI band" if rows[0]["repeats"] > 1 else "one perturbation, no interval"
     cells = len(metrics) + 1  # the last cell holds the legend
     ncols = min(3, cells)
     nrows = math.ceil(cells / ncols)
     fig, axes = _figure(nrows, ncols, (4.2 * ncols, 3.6 * nrows + 0.8), sharey=True)
     flat = [ax for row in axes for ax in row]
     for ax, m in zip(flat, metrics):
-        for lam in lams:
-            pts = sorted((s for s in rows if s["lambda"] == lam), key=lambda s: s["epsilon"])
+        for i, setting in enumerate(settings):
+            pts = sorted((s for s in rows if setting_of(s) == setting), key=lambda s: s["epsilon"])
             e = [s["epsilon"] for s in pts]
-            line = ax.plot(e, [s[f"{m}_mean"] for s in pts], marker="o", label=f"λ = {lam:g} (mean, 95% CI band)")[0]
+            line = ax.plot(
+                e,
+                [s[f"{m}_mean"] for s in pts],
+                marker="o",
+                color=f"C{i % 10}",
+                linestyle="-" if types[setting] == "metric" else "-.",
+                label=f"{setting} ({band})",
+            )[0]
             # Every metric lives in [0, 1]: the band is clipped there (the table keeps the t-interval).
             low = np.clip([s[f"{m}_low"] for s in pts], 0, 1)
             high = np.clip([s[f"{m}_high"] for s in pts], 0, 1)
@@ -273,7 +371,7 @@ def utility_figure(  # noqa: ANN201
         if m == "accuracy" and majority is not None:
             ax.axhline(
                 majority,
-                color="C3",
+                color="dimgray",  # outside the settings' colour cycle
                 linestyle=":",
                 linewidth=1.5,
                 label=f"majority class, always predicted: {100 * majority:.1f}% of all rows",
@@ -295,12 +393,16 @@ def utility_figure(  # noqa: ANN201
     spare.legend(list(handles.values()), list(handles), loc="center", fontsize=8, title="series")
     for ax in flat[len(metrics) + 1 :]:
         fig.delaxes(ax)
-    parts = [f"R = {rows[0]['repeats']} perturbations per (ε, λ)"]
+    parts = [f"R = {rows[0]['repeats']} perturbations per setting and ε"]
     if vocab_size is not None:
         parts.append(f"vocabulary {vocab_size} words" + (f" of {embedding}" if embedding else ""))
     elif embedding:
         parts.append(f"embedding {embedding}")
-    fig.suptitle(f"{model}, {mode} ({MODE_TEXT.get(mode, mode)})\n" + "; ".join(parts))
+    title = f"{model}, {mode} ({MODE_TEXT.get(mode, mode)})\n" + "; ".join(parts)
+    kinds = sorted(set(types.values()))
+    if len(kinds) > 1:
+        title += f"\nguarantee types {', '.join(kinds)} (dash-dot: not metric DP): ε is not one scale across them"
+    fig.suptitle(title)
     return fig
 
 
@@ -313,7 +415,7 @@ def write_plots(
     embedding: str | None = None,
     majority: float | None = None,
 ) -> list[str]:
-    """``utility_<mode>.png`` per mode: each metric against ε, one line per λ with its 95% CI band,
+    """``utility_<mode>.png`` per mode: each metric against ε, one line per setting with its 95% CI band,
     the baseline as a dashed line (Xu et al. Figs. 6–7); see ``utility_figure``."""
     files = []
     for mode in MODES:
@@ -326,16 +428,33 @@ def write_plots(
     return files
 
 
-def utility_loss(summary: list[dict], metric: str, modes: Sequence[str] = MODES) -> dict[tuple[float, float], float]:
-    """(ε, λ) → baseline minus mean ``metric``, the larger over ``modes`` present (the bound's quantity).
+NOISE_FAMILY = ("laplace", "mahalanobis")
+
+
+def utility_loss_by_setting(
+    summary: list[dict], metric: str, modes: Sequence[str] = MODES
+) -> dict[tuple[float, str], float]:
+    """(ε, setting) → baseline minus mean ``metric``, the larger over ``modes`` present (the bound's
+    quantity), for every setting of the grid (``setting_of``: e.g. ``laplace``, ``tem β=0.001``).
 
     A missing or NaN figure of any mode makes the point's loss NaN (``max`` would drop it), so
     that the point meets no bound."""
     base = baseline_of(summary)[f"{metric}_mean"]
-    losses: dict[tuple[float, float], list[float]] = {}
+    losses: dict[tuple[float, str], list[float]] = {}
     for s in summary:
         if s["mode"] in modes:
             value = s[f"{metric}_mean"]
             loss = math.nan if base is None or value is None else base - value
-            losses.setdefault((s["epsilon"], s["lambda"]), []).append(loss)
+            losses.setdefault((s["epsilon"], setting_of(s)), []).append(loss)
     return {key: math.nan if any(map(math.isnan, v)) else max(v) for key, v in losses.items()}
+
+
+def utility_loss(summary: list[dict], metric: str, modes: Sequence[str] = MODES) -> dict[tuple[float, float], float]:
+    """(ε, λ) → baseline minus mean ``metric``, the larger over ``modes`` present, for the noise
+    family's rows only (laplace, λ = 0, and mahalanobis; summaries written before the mechanism
+    column are all of it): what a joint calibration over (ε, λ) reads. Other mechanisms' settings
+    are in ``utility_loss_by_setting``."""
+    noise = [s for s in summary if s["mode"] == BASELINE or mechanism_of(s) in NOISE_FAMILY]
+    by_setting = utility_loss_by_setting(noise, metric, modes)
+    lam = {(s["epsilon"], setting_of(s)): s["lambda"] for s in noise if s["mode"] != BASELINE}
+    return {(e, lam[(e, setting)]): loss for (e, setting), loss in by_setting.items()}

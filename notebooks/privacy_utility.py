@@ -8,7 +8,8 @@
 # MAGIC
 # MAGIC 1. `dpspark evaluate-utility`: an MLlib classifier trained on perturbed text and tested on plain
 # MAGIC    (train-time), and trained on plain and tested on perturbed (test-time), R perturbations per
-# MAGIC    (ε, λ), against the non-private baseline;
+# MAGIC    setting (each chosen mechanism at each ε, mahalanobis and vickrey at each λ), against the
+# MAGIC    non-private baseline;
 # MAGIC 2. `dpspark privacy-risk`: the share of corpus tokens an informed attacker recovers;
 # MAGIC 3. `dpspark.calibrate` (the `dpspark calibrate` command) with a utility-loss and a re-identification
 # MAGIC    bound: the frontier and the choice.
@@ -38,7 +39,10 @@ dbutils.widgets.text("text_column", "text", "Text column")
 dbutils.widgets.text("label_column", "label", "Label column")
 dbutils.widgets.text("rows", "0", "SMS spam only: first N messages (0 = all)")
 dbutils.widgets.text("epsilons", "1,2,5,10,20", "ε grid")
-dbutils.widgets.text("lambdas", "0,0.5,1", "λ grid")
+from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
+
+dbutils.widgets.multiselect("mechanisms", "mahalanobis", list(REGISTRY), "Mechanisms (utility)")
+dbutils.widgets.text("lambdas", "0,0.5,1", "λ grid of mahalanobis and vickrey (λ = 0: laplace)")
 dbutils.widgets.text("repeats", "3", "R: perturbations per (ε, λ)")
 dbutils.widgets.dropdown("model", "tfidf-logreg", ["tfidf-logreg", "embedding-logreg"], "Model")
 dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
@@ -51,6 +55,7 @@ dbutils.widgets.text("max_reidentification", "0.2", "Bound: top-1 re-identificat
 from pathlib import Path
 
 from dpspark.config import CalibrateConfig, EvaluateUtilityConfig, RiskConfig
+from dpspark.report import axis_names, series_label
 
 out = Path(dbutils.widgets.get("output"))
 data = dbutils.widgets.get("input").strip()
@@ -69,6 +74,7 @@ utility_config = EvaluateUtilityConfig.parse(  # the CLI's validation: a bad val
         "input": data,
         "text_column": dbutils.widgets.get("text_column"),
         "label_column": dbutils.widgets.get("label_column"),
+        "mechanisms": dbutils.widgets.get("mechanisms"),
         "repeats": dbutils.widgets.get("repeats"),
         "model": dbutils.widgets.get("model"),
         "output": str(out / "utility"),
@@ -96,12 +102,18 @@ bounds = CalibrateConfig.parse(
         "mode": "overwrite",
     }
 )
-print(f"data {data}; ε {utility_config.epsilons}, λ {utility_config.lambdas}, R = {utility_config.repeats}")
+axes = axis_names()
+settings = dict.fromkeys(series_label(s.name, {a: s.axes().get(a) for a in axes}) for s in utility_config.settings())
+print(f"data {data}; ε {utility_config.epsilons}, R = {utility_config.repeats}; settings {', '.join(settings)}")
 
 # COMMAND ----------
 
 # MAGIC %md
 # MAGIC ## 1. Utility: train-time and test-time against the baseline
+# MAGIC
+# MAGIC A row per setting (mechanism and its own parameters) and ε; the `mechanisms` widget chooses them
+# MAGIC (mahalanobis alone: the λ grid, λ = 0 being laplace). The risk and the calibration below stay on
+# MAGIC that (ε, λ) grid of the noise family.
 
 # COMMAND ----------
 
@@ -117,7 +129,7 @@ import pandas as pd
 
 summary = pd.DataFrame(utility["summary"])
 metrics = utility["metrics"]
-display(summary[["mode", "epsilon", "lambda", "repeats", *[f"{m}_mean" for m in metrics]]])
+display(summary[["mode", "setting", "epsilon", "lambda", "repeats", *[f"{m}_mean" for m in metrics]]])
 
 # COMMAND ----------
 

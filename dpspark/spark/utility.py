@@ -8,13 +8,18 @@ One Spark job for a labelled Parquet dataset (Xu et al. 2020 §5.2; Feyisetan et
 2. a fixed train/test split (``randomSplit`` with ``split_seed``: not noise randomness,
    stated in the manifest), both halves persisted in memory and reused by every run;
 3. the non-private **baseline**: the model trained on plain train, scored on plain test;
-4. for every (ε, λ) of the grid, on the driver: ``dpspark.prepare.prepare`` and one
-   shipped bundle, then R independent perturbations (each its own job key,
-   ``dpspark.rng.derive_key(the run's key, mode, ε, λ, repeat)``) through the
-   release's own executor transform (``dpspark.spark.transform.perturb``):
+4. for every setting of the grid (``config.settings()``: mechanisms × ε × each
+   mechanism's own axes; without ``--mechanisms`` the λ grid of laplace/mahalanobis),
+   on the driver one ``dpspark.prepare.Prepared`` (the vocabulary, the index and Σ, A
+   prepared once and shared under exact search) and one shipped bundle, then R
+   independent perturbations (each its own job key, ``dpspark.rng.derive_key(the
+   run's key, mode, the setting's parameters, repeat)``) through the release's own
+   executor transform (``dpspark.spark.transform.perturb``):
    - **train-time**: train on perturbed train, score on plain test;
    - **test-time**: the baseline model scores perturbed test;
-5. results Parquet, ``summary.md`` (rows λ, columns ε), plots with 95% CI bands and a
+5. results and summary Parquet (model, mode, mechanism, setting, ε, one column per grid
+   axis, ``lambda`` first, null where it is not the setting's), ``summary.md`` (a row
+   per setting, columns ε), plots with 95% CI bands (a line per setting) and a
    manifest, committed all-or-nothing (``dpspark.spark.reports``).
 
 Models are Spark MLlib: ``tfidf-logreg`` is RegexTokenizer (dpspark's own token
@@ -27,12 +32,15 @@ for the data owner, not a release. The manifest says so.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,11 +52,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 import dpspark
-from dpspark import utility
+from dpspark import report, utility
 from dpspark.arrow import numbers
 from dpspark.config import EvaluateUtilityConfig, PerturbConfig
+from dpspark.embeddings import Embeddings
 from dpspark.errors import InputDataError
-from dpspark.prepare import Prepared, prepare
+from dpspark.mechanisms import MechanismSpec
+from dpspark.prepare import Prepared, prepare, prepare_grid
 from dpspark.progress import Progress, describe
 from dpspark.rng import derive_key, new_job_key
 from dpspark.spark import io, lineage, resources
@@ -269,15 +279,39 @@ def check_mllib(spark: SparkSession) -> None:
         )
 
 
-def perturb_config(config: EvaluateUtilityConfig, epsilon: float, lam: float) -> PerturbConfig:
-    """The perturb settings of one grid point (what a release at (ε, λ) would use)."""
+def perturb_config(config: EvaluateUtilityConfig, spec: MechanismSpec) -> PerturbConfig:
+    """The perturb settings of one setting of the grid (what a release with ``spec`` would use)."""
     shared = ("embeddings", "embeddings_format", "embeddings_words", "embeddings_dir", "vocab_size", "vocab_file")
     shared += ("nn", "annoy_trees", "annoy_search_k")
     values = {k: getattr(config, k) for k in shared}
-    values.update(columns=[TEXT], epsilon=epsilon, mechanism=config.mechanism)
-    if config.mechanism == "mahalanobis":
-        values["lambda"] = lam
+    own = {k: v for k, v in spec.parameters().items() if k not in ("name", "epsilon") and v is not None}
+    values.update(own, columns=[TEXT], epsilon=spec.epsilon, mechanism=spec.name)
     return PerturbConfig.parse(values)
+
+
+def setting_key(spec: MechanismSpec) -> str:
+    """The setting as one exact label for ``derive_key``: its parameters (name and ε included) as JSON
+    (floats written exactly), so that a setting's noise does not depend on the rest of the grid."""
+    return json.dumps(spec.parameters(), sort_keys=True)
+
+
+def prepare_settings(
+    config: EvaluateUtilityConfig, specs: list[MechanismSpec], embeddings: Embeddings, workdir: Path
+) -> list[Prepared]:
+    """One ``Prepared`` (a release's preparation, its own bundle) per setting. With exact search the
+    vocabulary, the index and the Space (Σ and A for every λ) are prepared once (``prepare_grid``) and
+    shared; an annoy index is built and its recall measured per setting (the recall depends on the
+    setting's noise)."""
+    if config.nn != "exact":
+        return [
+            prepare(perturb_config(config, spec), embeddings=embeddings, workdir=workdir / str(i))
+            for i, spec in enumerate(specs)
+        ]
+    grid = prepare_grid(config, specs, workdir, embeddings)
+    return [
+        Prepared(perturb_config(config, spec), dataclasses.replace(grid, specs=[spec]), recall=1.0, recall_queries=0)
+        for spec in specs
+    ]
 
 
 def perturbed(df: DataFrame, bundle: str, key: bytes) -> DataFrame:
@@ -334,86 +368,77 @@ def _evaluate(
     model = Model(config.model, n_classes)
     modes = utility.MODES if config.mode == "both" else (config.mode,)
     n_train, n_test = train.count(), test.count()
-
-    t0 = time.perf_counter()
-    emb = config.load_embeddings()
-    lambdas = config.lambdas or list(config.default_lambdas)
-    preps: dict[tuple[float, float], Prepared] = {}
-    ships: dict[tuple[float, float], resources.Shipment] = {}
+    specs = config.settings()
+    axes = report.axis_names()
     workdir = resources.scratch_dir() / f"utility-{out.run_id}"
+    ships: list[resources.Shipment] = []
     try:
-        for lam in lambdas:
-            for e in config.epsilons:
-                preps[(e, lam)] = prepare(
-                    perturb_config(config, e, lam), embeddings=emb, workdir=workdir / f"{e}-{lam}"
-                )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    first = preps[(config.epsilons[0], lambdas[0])]
-    prep_s = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    describe(spark, "evaluate-utility", "non-private baseline", out.run_id)
-    base_bundle = resources.ship(spark, first.write_bundle).name
-    fitted_plain = model.fit(train, base_bundle)
-    results: list[dict[str, Any]] = [
-        {
-            "mode": utility.BASELINE,
-            "epsilon": None,
-            "lambda": None,
-            "repeat": 0,
-            **model.score(fitted_plain, test, base_bundle),
-        }
-    ]
-    baseline_s = time.perf_counter() - t0
-    log.info("evaluate-utility baseline: %s", {m: round(results[0][m], 4) for m in metrics})
-
-    master = new_job_key(config.seed)
-    point_s = []
-    progress = Progress("evaluate-utility", len(preps))
-    for (e, lam), prep in preps.items():
-        describe(spark, "evaluate-utility", f"ε={e:g} λ={lam:g}, {config.repeats} perturbations", out.run_id)
         t0 = time.perf_counter()
-        ships[(e, lam)] = shipment = resources.ship(spark, prep.write_bundle)
-        for r in range(config.repeats):
-            for mode in modes:
-                if mode == "train-time":
-                    noisy = perturbed(train, shipment.name, derive_key(master, mode, e, lam, r))
+        emb = config.load_embeddings()
+        preps = prepare_settings(config, specs, emb, workdir)
+        first = preps[0]
+        prep_s = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        describe(spark, "evaluate-utility", "non-private baseline", out.run_id)
+        ships.append(resources.ship(spark, first.write_bundle))
+        base_bundle = ships[0].name
+        fitted_plain = model.fit(train, base_bundle)
+        baseline = {"mechanism": None, "setting": None, "epsilon": None, **dict.fromkeys(axes)}
+        results: list[dict[str, Any]] = [
+            {"mode": utility.BASELINE, **baseline, "repeat": 0, **model.score(fitted_plain, test, base_bundle)}
+        ]
+        baseline_s = time.perf_counter() - t0
+        log.info("evaluate-utility baseline: %s", {m: round(results[0][m], 4) for m in metrics})
+
+        master = new_job_key(config.seed)
+        point_s = []
+        progress = Progress("evaluate-utility", len(preps))
+        for prep in preps:
+            spec = prep.spec
+            describe(spark, "evaluate-utility", f"{spec.label()}, {config.repeats} perturbations", out.run_id)
+            t0 = time.perf_counter()
+            if prep is first:
+                shipment = ships[0]  # the baseline's bundle is the first setting's
+            else:
+                shipment = resources.ship(spark, prep.write_bundle)
+                ships.append(shipment)
+            own = spec.axes()
+            point = {
+                "mechanism": spec.name,
+                "setting": report.series_label(spec.name, {a: own.get(a) for a in axes}),
+                "epsilon": spec.epsilon,
+                **{a: own.get(a) for a in axes},
+            }
+            for r in range(config.repeats):
+                for mode in modes:
+                    key = derive_key(master, mode, setting_key(spec), r)
+                    noisy = perturbed(train if mode == "train-time" else test, shipment.name, key)
                     try:
-                        scores = model.score(model.fit(noisy, shipment.name), test, shipment.name)
+                        if mode == "train-time":
+                            scores = model.score(model.fit(noisy, shipment.name), test, shipment.name)
+                        else:
+                            scores = model.score(fitted_plain, noisy, shipment.name)
                     finally:
                         noisy.unpersist()
-                else:
-                    noisy = perturbed(test, shipment.name, derive_key(master, mode, e, lam, r))
-                    try:
-                        scores = model.score(fitted_plain, noisy, shipment.name)
-                    finally:
-                        noisy.unpersist()
-                results.append({"mode": mode, "epsilon": e, "lambda": lam, "repeat": r, **scores})
-        point_s.append(time.perf_counter() - t0)
-        progress.report(len(point_s), len(point_s) / len(preps))
-    for s in ships.values():
-        s.close()
+                    results.append({"mode": mode, **point, "repeat": r, **scores})
+            point_s.append(time.perf_counter() - t0)
+            progress.report(len(point_s), len(point_s) / len(preps))
+    finally:
+        for s in ships:
+            s.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
     summary = utility.summarise(results, metrics)
-    table = pa.table(
-        {
-            "model": pa.array([config.model] * len(results), pa.string()),
-            "mode": pa.array([r["mode"] for r in results], pa.string()),
-            "mechanism": pa.array([None if r["epsilon"] is None else config.mechanism for r in results], pa.string()),
-            "epsilon": pa.array([r["epsilon"] for r in results], pa.float64()),
-            "lambda": pa.array([r["lambda"] for r in results], pa.float64()),
-            "repeat": pa.array([r["repeat"] for r in results], pa.int32()),
-            **{m: pa.array([r[m] for r in results], pa.float64()) for m in metrics},
-        }
-    )
     local = out.local
-    pq.write_table(table, local / "results.parquet")
-    pq.write_table(pa.Table.from_pylist(summary), local / "summary.parquet")
+    pq.write_table(result_table(results, config.model, axes, metrics), local / "results.parquet")
+    pq.write_table(summary_table(summary, axes, metrics), local / "summary.parquet")
+    names = list(dict.fromkeys(spec.name for spec in specs))
     positive = f"positive class {values[-1]!r} (the last label in sorted order)" if n_classes == 2 else None
     notes = [
-        f"{config.model}; {n_train} train / {n_test} test rows (split seed {config.split_seed}); mechanism "
-        f"{config.mechanism}, vocabulary {len(first.vocab_rows)} words; R = {config.repeats} perturbations per (ε, λ).",
+        f"{config.model}; {n_train} train / {n_test} test rows (split seed {config.split_seed}); "
+        f"mechanism{'s' if len(names) > 1 else ''} {', '.join(names)}, vocabulary {len(first.vocab_rows)} words; "
+        f"R = {config.repeats} perturbations per setting and ε.",
     ]
     if positive:
         notes.append(f"Precision, recall, F1 and AUC of the {positive}.")
@@ -422,6 +447,7 @@ def _evaluate(
     plots = utility.write_plots(
         summary, metrics, local, config.model, len(first.vocab_rows), emb.name, max(class_counts) / sum(class_counts)
     )
+    noise_lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
     grid_s = sum(point_s)
     return {
         "dpspark_version": dpspark.__version__,
@@ -440,18 +466,18 @@ def _evaluate(
         "modes": list(modes),
         "metrics": list(metrics),
         "mechanism": config.mechanism,
+        "mechanisms": names,
+        "settings": [prep.spec.facts(prep.space) for prep in preps],
         "epsilons": config.epsilons,
-        "lambdas": lambdas,
+        "lambdas": noise_lams,
         "repeats": config.repeats,
-        "euclidean_epsilon_factor": {
-            lam: preps[(config.epsilons[0], lam)].space.geometry(lam).euclidean_epsilon(1.0) for lam in lambdas
-        },
+        "euclidean_epsilon_factor": {lam: first.space.geometry(lam).euclidean_epsilon(1.0) for lam in noise_lams},
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
         "dimension": emb.dim,
         "vocabulary": {"size": int(len(first.vocab_rows)), "source": config.vocab_file or f"first {config.vocab_size}"},
         "nearest_neighbour": {
             "method": config.nn,
-            "recall_at_1": {f"{e:g},{lam:g}": p.recall for (e, lam), p in preps.items()},
+            "recall_at_1": {prep.spec.label(): prep.recall for prep in preps},
         },
         "oov_policy": "unk",
         "noise": "seeded (--seed): reproducible, tests and experiments only"
@@ -470,6 +496,41 @@ def _evaluate(
     }
 
 
+def result_table(results: list[dict], model: str, axes: list[str], metrics: Sequence[str]) -> pa.Table:
+    """results.parquet: one row per (mode, setting, ε, repeat) and the baseline row: model, mode, mechanism,
+    setting, ε, one column per grid axis (``report.axis_names``: lambda first; null where it is not the
+    setting's), repeat and the metrics."""
+    return pa.table(
+        {
+            "model": pa.array([model] * len(results), pa.string()),
+            "mode": pa.array([r["mode"] for r in results], pa.string()),
+            "mechanism": pa.array([r["mechanism"] for r in results], pa.string()),
+            "setting": pa.array([r["setting"] for r in results], pa.string()),
+            "epsilon": pa.array([r["epsilon"] for r in results], pa.float64()),
+            **{a: pa.array([r[a] for r in results], pa.float64()) for a in axes},
+            "repeat": pa.array([r["repeat"] for r in results], pa.int32()),
+            **{m: pa.array([r[m] for r in results], pa.float64()) for m in metrics},
+        }
+    )
+
+
+def summary_table(summary: list[dict], axes: list[str], metrics: Sequence[str]) -> pa.Table:
+    """summary.parquet: one row per (mode, setting, ε) and the baseline row, typed as results.parquet
+    (an axis no setting has is a float column of nulls, not a column of Arrow's null type)."""
+    columns: dict[str, pa.Array] = {
+        "mode": pa.array([s["mode"] for s in summary], pa.string()),
+        "mechanism": pa.array([s["mechanism"] for s in summary], pa.string()),
+        "setting": pa.array([s["setting"] for s in summary], pa.string()),
+        "epsilon": pa.array([s["epsilon"] for s in summary], pa.float64()),
+        **{a: pa.array([s[a] for s in summary], pa.float64()) for a in axes},
+        "repeats": pa.array([s["repeats"] for s in summary], pa.int64()),
+    }
+    for m in metrics:
+        for part in ("mean", "low", "high"):
+            columns[f"{m}_{part}"] = pa.array([s[f"{m}_{part}"] for s in summary], pa.float64())
+    return pa.table(columns)
+
+
 def evaluate_utility(
     output: str,
     text_column: str,
@@ -480,9 +541,11 @@ def evaluate_utility(
 ) -> dict[str, Any]:
     """Python API of ``dpspark evaluate-utility`` over a Parquet path (``input``) or a DataFrame (``df``).
 
-    Settings are EvaluateUtilityConfig fields (epsilons, lambdas, mechanism, mode, repeats,
-    model, test_fraction, vocab_size, seed, overwrite, ...). Returns the manifest, whose
-    ``summary`` holds the mean and 95% CI of every metric per (mode, ε, λ).
+    Settings are EvaluateUtilityConfig fields (epsilons, lambdas, mechanism, mechanisms, grid,
+    mode, repeats, model, test_fraction, vocab_size, seed, overwrite, ...), e.g.
+    ``mechanisms=["laplace", "tem"], grid={"beta": [0.001]}``. Returns the manifest, whose
+    ``summary`` holds the mean and 95% CI of every metric per (mode, setting, ε) and whose
+    ``settings`` states each setting's guarantee.
     """
     config = EvaluateUtilityConfig.parse(
         {"output": output, "text_column": text_column, "label_column": label_column, "input": input, **settings}

@@ -86,10 +86,52 @@ def test_noise_disabled_gives_the_baseline(spark, data, corpus_vocab, identity_r
             assert abs(row[f"{metric}_mean"] - base[f"{metric}_mean"]) <= 0.005, (mode, metric)
     names = {p.name for p in out_dir.iterdir()}
     assert {"results.parquet", "summary.md", "utility_train_time.png", "utility_test_time.png"} <= names
-    assert pq.read_table(out_dir / "results.parquet").num_rows == 3  # baseline + one per mode
+    results = pq.read_table(out_dir / "results.parquet")
+    assert results.num_rows == 3  # baseline + one per mode
+    assert results.column_names[:10] == [
+        "model", "mode", "mechanism", "setting", "epsilon", "lambda", "beta", "gamma", "t", "repeat",
+    ]  # fmt: skip
+    assert results.column("setting").to_pylist() == [None, "mahalanobis λ=1", "mahalanobis λ=1"]
     manifest = json.loads((out_dir / "_dpspark_manifest.json").read_text())
     assert manifest["split"]["seed"] == 42 and manifest["positive_class"] == "spam" and not manifest["seeded"]
     assert "not a release" in manifest["privacy_note"]
+
+
+def test_a_grid_of_mechanisms_has_a_row_per_setting(spark, data, tmp_path):
+    out = tmp_path / "mechanisms"
+    args = ["--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out)]
+    grid = ["--mechanisms", "laplace,tem,santext", "--epsilons", "5,20", "--repeats", "1", "--vocab-size", "2000"]
+    assert main(["evaluate-utility", *args, *grid, "--quiet"]) == 0
+    settings = ["laplace", "tem β=0.001", "santext"]
+    results = pq.read_table(out / "results.parquet").to_pylist()
+    measured = [r for r in results if r["mode"] != "baseline"]
+    assert len(measured) == len(settings) * 2 * 2  # setting × ε × mode, R = 1
+    assert {(r["setting"], r["epsilon"], r["mode"], r["repeat"]) for r in measured} == {
+        (s, e, mode, 0) for s in settings for e in (5.0, 20.0) for mode in ("train-time", "test-time")
+    }
+    by = {r["setting"]: r for r in measured}
+    assert by["laplace"]["mechanism"] == "laplace" and by["laplace"]["lambda"] == 0.0
+    assert by["tem β=0.001"]["beta"] == 0.001 and by["tem β=0.001"]["lambda"] is None
+    assert all(by["santext"][a] is None for a in ("lambda", "beta", "gamma", "t"))
+    assert all(0 <= r["accuracy"] <= 1 for r in measured)
+    summary = pq.read_table(out / "summary.parquet")
+    assert summary.num_rows == 1 + len(settings) * 2 * 2 and summary.schema.field("gamma").type == pa.float64()
+    md = (out / "summary.md").read_text(encoding="utf-8")
+    table = md.split("## test-time accuracy", 1)[1].split("| setting \\ ε | 5 | 20 |", 1)[1].split("\n\n", 1)[0]
+    assert [line.split(" | ")[0].removeprefix("| ") for line in table.strip().splitlines()[1:]] == settings
+    assert "| tem β=0.001 | 0." in table and " (" not in table  # R = 1: the mean alone, no interval
+    assert "same guarantee type" in md
+    assert "against Laplace" in md and "- no interval to compare with R = 1" in md
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["mechanisms"] == ["laplace", "tem", "santext"]
+    facts = manifest["settings"]
+    assert [(f["mechanism"], f["parameters"]["epsilon"]) for f in facts] == [
+        (m, e) for m in ("laplace", "tem", "santext") for e in (5.0, 20.0)
+    ]
+    assert all(f["guarantee_type"] == "metric" and f["guarantee"] and f["paper"] for f in facts)
+    assert facts[2]["parameters"]["beta"] == 0.001
+    assert manifest["lambdas"] == [0.0] and len(manifest["euclidean_epsilon_factor"]) == 1
+    assert manifest["timings"]["grid_points"] == len(settings) * 2
 
 
 def test_noise_disabled_reidentification_is_the_unchanged_share(spark, data, corpus_vocab, tmp_path):
@@ -120,7 +162,7 @@ def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identi
 def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path, monkeypatch):
     from dpspark.bundle import save_bundle
     from dpspark.embeddings import select_vocabulary
-    from dpspark.geometry import geometry
+    from dpspark.mechanisms import parse
     from dpspark.spark import resources
     from dpspark.spark.risk import attack, pair_counts
     from dpspark.stats import plan
@@ -130,13 +172,14 @@ def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path
     words = "the a of to and going london money free call win prize uk nokia text".split()
     prior = {emb.word_index[w]: float(100 - 5 * i) for i, w in enumerate(words)}
     sensitive = {emb.word_index["london"], emb.word_index["nokia"]}
-    a_by = {0.0: geometry(emb.vectors[vocab], 0.0).a}
-    ship = resources.ship(spark, lambda d: save_bundle(d, emb, {"nn": "exact", "nn_params": {}}, vocab, a_by, None))
-    items = plan([5.0, 10.0], [0.0], np.array(sorted(prior)), 20, 5, 10)
+    specs = [parse({"name": "laplace", "epsilon": e}) for e in (5.0, 10.0)]
+    bundle = {"settings": [s.parameters() for s in specs], "nn": "exact", "nn_params": {}}
+    ship = resources.ship(spark, lambda d: save_bundle(d, emb, bundle, vocab, {}, None))
+    items = plan(specs, np.array(sorted(prior)), 20, 5, 10)
     counts = pair_counts(spark, items, b"k" * 16, ship.name).cache()
     rows = counts.collect()
-    fit = {(r.epsilon, r.lam, r.word, r.output): r["count"] for r in rows if r.half == risk.FIT_HALF}
-    score = {(r.epsilon, r.lam, r.word, r.output): r["count"] for r in rows if r.half == risk.SCORE_HALF}
+    fit = {(r.setting, r.word, r.output): r["count"] for r in rows if r.half == risk.FIT_HALF}
+    score = {(r.setting, r.word, r.output): r["count"] for r in rows if r.half == risk.SCORE_HALF}
     prior_df = spark.createDataFrame(
         [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
     )

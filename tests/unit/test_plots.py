@@ -45,17 +45,26 @@ def _stats_table() -> pa.Table:
     return pa.table(cols)
 
 
+UTILITY_SETTINGS = (  # (mechanism, setting, its axes)
+    ("laplace", "laplace", {"lambda": 0.0}),
+    ("mahalanobis", "mahalanobis λ=1", {"lambda": 1.0}),
+    ("tem", "tem β=0.001", {"beta": 0.001}),
+)
+
+
 def _utility_summary(metrics) -> list[dict]:  # noqa: ANN001
     rng = np.random.default_rng(1)
     rows = [{"mode": utility.BASELINE, "epsilon": None, "lambda": None, "repeat": 0, **dict.fromkeys(metrics, 0.95)}]
     for mode in utility.MODES:
         for e in EPS:
-            for lam in LAMS[::2]:
+            for mechanism, setting, axes in UTILITY_SETTINGS:
                 for r in range(3):
                     # accuracy near the majority share, the rest low: the case a truncated axis hides
                     base = {m: (0.87 if m == "accuracy" else 0.3) for m in metrics}
                     rows.append(
-                        {"mode": mode, "epsilon": e, "lambda": lam, "repeat": r}
+                        {"mode": mode, "mechanism": mechanism, "setting": setting, "epsilon": e, "lambda": None}
+                        | axes
+                        | {"repeat": r}
                         | {m: float(np.clip(v + rng.normal(0, 0.01), 0, 1)) for m, v in base.items()}
                     )
     return utility.summarise(rows, metrics)
@@ -177,7 +186,10 @@ def test_utility_figure_reads_alone(metrics):
         assert majority and majority[0].get_ydata()[0] == pytest.approx(0.866)
         labels = _legend_labels(fig)
         assert any("majority class" in t for t in labels) and "non-private baseline" in labels
-        assert sum(t.startswith("λ = ") for t in labels) == 2
+        # A line per setting, named as the tables name it.
+        assert [t for t in labels if t.endswith("(mean, 95% CI band)")] == [
+            f"{setting} (mean, 95% CI band)" for _, setting, _ in UTILITY_SETTINGS
+        ]
         title = _suptitle(fig)
         assert mode in title and str(VOCAB) in title and EMBEDDING in title and "R = 3" in title
 

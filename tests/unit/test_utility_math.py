@@ -45,19 +45,79 @@ def test_metrics_against_counted_pairs():
     assert m3["macro_f1"] == pytest.approx(np.mean([2 / 3, 1 / 2, 0.8]))
 
 
-def test_summary_table_rows_lambda_columns_epsilon():
+def test_summary_of_rows_without_a_setting_reads_them_as_the_noise_family():
+    # Results written before the mechanism and setting columns: λ = 0 is laplace, λ > 0 mahalanobis.
     rows = [{"mode": "baseline", "epsilon": None, "lambda": None, "repeat": 0, "accuracy": 0.98}]
     for e in (1.0, 10.0):
         for lam in (0.0, 1.0):
             for r, v in enumerate((0.80, 0.82, 0.84)):
                 rows.append({"mode": "train-time", "epsilon": e, "lambda": lam, "repeat": r, "accuracy": v + e / 100})
     summary = utility.summarise(rows, ["accuracy"])
+    assert [(s["setting"], s["epsilon"]) for s in summary if s["mode"] == "train-time"] == [
+        ("laplace", 1.0),
+        ("laplace", 10.0),
+        ("mahalanobis λ=1", 1.0),
+        ("mahalanobis λ=1", 10.0),
+    ]
     md = utility.summary_md(summary, ["accuracy"], "t")
-    assert "| λ \\ ε | 1 | 10 |" in md and "| 1 | 0.8300 (" in md and "baseline 0.9800" in md
+    assert "| setting \\ ε | 1 | 10 |" in md and "| mahalanobis λ=1 | 0.8300 (" in md and "baseline 0.9800" in md
+    assert "same guarantee type (metric" in md
     loss = utility.utility_loss(summary, "accuracy")
     assert loss[(10.0, 0.0)] == pytest.approx(0.98 - 0.92)
+    assert utility.utility_loss_by_setting(summary, "accuracy")[(10.0, "laplace")] == loss[(10.0, 0.0)]
     # λ = 1 equals λ = 0 here: every interval overlaps.
-    assert "- train-time, λ = 1: none: every interval overlaps" in md
+    assert "- train-time, mahalanobis λ=1: none: every interval overlaps" in md
+
+
+def _row(mode, mechanism, setting, e, r, accuracy, **axes):  # noqa: ANN001, ANN003, ANN202
+    blank = dict.fromkeys(("lambda", "beta", "gamma", "t"))
+    return {"mode": mode, "mechanism": mechanism, "setting": setting, "epsilon": e, **blank, **axes} | {
+        "repeat": r,
+        "accuracy": accuracy,
+    }
+
+
+def test_summary_has_a_row_per_setting_and_the_noise_family_keeps_its_lambda_key():
+    rows = [_row("baseline", None, None, None, 0, 0.98)]
+    for e in (1.0, 5.0):
+        for r, v in enumerate((0.70, 0.72)):
+            rows.append(_row("test-time", "laplace", "laplace", e, r, v + e / 100, **{"lambda": 0.0}))
+            rows.append(_row("test-time", "vickrey", "vickrey λ=0 t=0.5", e, r, v + e / 100, t=0.5, **{"lambda": 0.0}))
+            rows.append(_row("test-time", "tem", "tem β=0.001", e, r, v - 0.3, beta=0.001))
+            rows.append(_row("test-time", "santext", "santext", e, r, v + 0.01 * r))
+    summary = utility.summarise(rows, ["accuracy"])
+    assert [s["setting"] for s in summary if s["mode"] == "test-time"] == [
+        x for x in ("laplace", "vickrey λ=0 t=0.5", "tem β=0.001", "santext") for _ in (1.0, 5.0)
+    ]
+    tem = [s for s in summary if s["setting"] == "tem β=0.001"]
+    assert {s["mechanism"] for s in tem} == {"tem"} and {s["beta"] for s in tem} == {0.001}
+    assert {s["lambda"] for s in tem} == {None}
+    md = utility.summary_md(summary, ["accuracy"], "t")
+    table = md.split("| setting \\ ε | 1 | 5 |", 1)[1].split("\n\n", 1)[0]
+    assert [line.split(" | ")[0] for line in table.strip().splitlines()[1:]] == [
+        "| laplace",
+        "| vickrey λ=0 t=0.5",
+        "| tem β=0.001",
+        "| santext",
+    ]
+    assert "guarantee type" in md
+    # Each setting against laplace at the same ε: tem is far below it, vickrey equal to it.
+    assert "- test-time, tem β=0.001: accuracy at ε = 1 (0.4100 vs 0.7200)" in md
+    assert "- test-time, vickrey λ=0 t=0.5: none: every interval overlaps" in md
+    # The (ε, λ) losses are the noise family's alone (vickrey's λ = 0 is not laplace's point).
+    loss = utility.utility_loss(summary, "accuracy")
+    assert set(loss) == {(1.0, 0.0), (5.0, 0.0)} and loss[(1.0, 0.0)] == pytest.approx(0.98 - 0.72)
+    by_setting = utility.utility_loss_by_setting(summary, "accuracy")
+    assert len(by_setting) == 8 and by_setting[(5.0, "tem β=0.001")] == pytest.approx(0.98 - 0.41)
+
+
+def test_one_perturbation_per_setting_shows_means_and_compares_no_interval():
+    rows = [_row("baseline", None, None, None, 0, 0.98)]
+    rows.append(_row("train-time", "laplace", "laplace", 3.0, 0, 0.86, **{"lambda": 0.0}))
+    rows.append(_row("train-time", "santext", "santext", 3.0, 0, 0.97))
+    md = utility.summary_md(utility.summarise(rows, ["accuracy"]), ["accuracy"], "t")
+    assert "R = 1 perturbation (no interval)" in md and "| santext | 0.9700 |" in md
+    assert "- no interval to compare with R = 1 perturbation per setting" in md and "santext: " not in md
 
 
 def test_against_laplace_names_the_separated_intervals_and_clips_them():
@@ -74,8 +134,8 @@ def test_against_laplace_names_the_separated_intervals_and_clips_them():
     summary = utility.summarise(rows, ["accuracy"])
     assert max(s["accuracy_high"] for s in summary) == 1.0 and min(s["accuracy_low"] for s in summary) >= 0.0
     md = utility.summary_md(summary, ["accuracy"], "t")
-    assert "- test-time, λ = 1: accuracy at ε = 5 (0.8100 vs 0.9100)" in md
-    # Without λ = 0 in the grid there is nothing to compare with.
+    assert "- test-time, mahalanobis λ=1: accuracy at ε = 5 (0.8100 vs 0.9100)" in md
+    # Without laplace in the grid there is nothing to compare with.
     only = [s for s in summary if s["lambda"] != 0.0]
     assert "against Laplace" not in utility.summary_md(only, ["accuracy"], "t")
 
