@@ -56,8 +56,10 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
         "$venv/bin/pip" freeze | tr 'A-Z_' 'a-z-' | sort | comm -23 "$venv.want" - >"$venv.moved" &&
         [ ! -s "$venv.moved" ]; then
         resolves=yes
-        marks="not cluster and not readme"  # readme: README.md's example runs, once in make test, not per runtime
-        [ "$name" = "$NEWEST" ] && marks="not readme"
+        # readme: README.md's example runs; statistical and slow: the conformance suite's heavy
+        # distribution tests (pure numpy, the same on every runtime): once in make test, not per runtime.
+        marks="not cluster and not readme and not (statistical and slow)"
+        [ "$name" = "$NEWEST" ] && marks="not readme and not (statistical and slow)"
         # pyspark 3.5's wheel has no Spark Connect server (its jar comes from Maven): the
         # Connect tests then run this runtime's client against the checkout's newer server
         # (the checkout's venv: DPSPARK_VENV, which make sets from its VENV; .venv by default).
