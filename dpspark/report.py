@@ -319,28 +319,30 @@ def calibration_md(result: dict, bounds_text: str) -> str:
 
 
 def frontier_md(result: dict, bounds_text: str) -> str:
-    """The privacy–utility frontier as a table (one row per (ε, λ)) and the choice."""
+    """The privacy–utility frontier as a table (one row per setting and ε) and the choice."""
     pct = lambda x: "–" if x is None else f"{100 * x:.2f}"  # noqa: E731
     flag = lambda x: "–" if x is None else ("yes" if x else "no")  # noqa: E731
     lines = ["# Joint calibration: privacy–utility frontier", "", f"Bounds: {bounds_text}.", ""]
     lines += [
-        "| ε | λ | utility loss (percentage points) | re-identification top-1 (%) | Nw/Sw bounds met | meets all "
-        "| frontier |"
+        "| setting | ε | utility loss (percentage points) | re-identification top-1 (%) | Nw/Sw bounds met "
+        "| meets all | frontier |"
     ]
     lines += ["|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         lines.append(
-            f"| {r['epsilon']:g} | {r['lambda']:g} | {pct(r['utility_loss'])} | {pct(r['reidentification'])} | "
+            f"| {r['setting']} | {r['epsilon']:g} | {pct(r['utility_loss'])} | {pct(r['reidentification'])} | "
             f"{flag(r['nw_sw_met'])} | {flag(r['met'])} | {'*' if r['frontier'] else ''} |"
         )
     lines.append("")
+    lines += guarantee_note(sorted({r["mechanism"] for r in result["rows"]}))
     best = result["best"]
     if best is None:
-        lines.append("**No (ε, λ) of the grid meets these bounds.** Loosen a bound or add larger ε values.")
+        lines.append("**No setting and ε of the grid meets these bounds.** Loosen a bound or add larger ε values.")
     else:
         lines.append(
-            f"**Choice: ε = {best['epsilon']:g}, λ = {best['lambda']:g}**: the most private setting meeting every "
-            "bound (the smallest ε; at equal ε the lower re-identification, else the larger λ; Xu et al. §6)."
+            f"**Choice: {best['setting']}, ε = {best['epsilon']:g}**: the most private setting meeting every bound "
+            "(the smallest ε within one mechanism or the λ grid, at equal ε the lower re-identification, else the "
+            "larger λ, Xu et al. §6; across other mechanisms the lowest re-identification)."
         )
     return "\n".join(lines) + "\n"
 
@@ -357,9 +359,9 @@ def frontier_figure(result: dict, max_utility_loss: float | None, max_reid: floa
     fig = Figure(figsize=(6, 4.2))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    for lam in sorted({r["lambda"] for r in rows}):
-        pts = [r for r in rows if r["lambda"] == lam]
-        ax.scatter([x_of(r) for r in pts], [y_of(r) for r in pts], label=f"λ={lam:g}", alpha=0.8)
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        pts = [r for r in rows if r["setting"] == setting]
+        ax.scatter([x_of(r) for r in pts], [y_of(r) for r in pts], label=setting, alpha=0.8)
         for r in pts:
             ax.annotate(f"{r['epsilon']:g}", (x_of(r), y_of(r)), fontsize=6, xytext=(3, 3), textcoords="offset points")
     front = sorted((r for r in rows if r["frontier"]), key=x_of)
@@ -370,7 +372,7 @@ def frontier_figure(result: dict, max_utility_loss: float | None, max_reid: floa
         ax.axvline(max_reid, color="grey", linestyle=":", linewidth=1, label="re-identification bound")
     best = result["best"]
     if best is not None:
-        (b,) = [r for r in rows if (r["epsilon"], r["lambda"]) == (best["epsilon"], best["lambda"])]
+        (b,) = [r for r in rows if (r["epsilon"], r["setting"]) == (best["epsilon"], best["setting"])]
         ax.scatter([x_of(b)], [y_of(b)], marker="*", s=200, color="gold", edgecolor="black", label="choice", zorder=5)
     ax.set_xlabel("re-identification: top-1 share of corpus tokens (0–1)" if use_risk else "ε")
     ax.set_ylabel("utility loss: baseline − mean of the metric (0–1 scale)")
@@ -382,7 +384,7 @@ def frontier_figure(result: dict, max_utility_loss: float | None, max_reid: floa
 
 
 def write_frontier_plot(result: dict, out_dir: Path, max_utility_loss: float | None, max_reid: float | None) -> str:
-    """``frontier.png``: utility loss against re-identification (or ε), one marker series per λ,
+    """``frontier.png``: utility loss against re-identification (or ε), one marker series per setting,
     the bounds dashed, the frontier joined, the choice starred."""
     frontier_figure(result, max_utility_loss, max_reid).savefig(out_dir / "frontier.png", dpi=110)
     return "frontier.png"

@@ -247,32 +247,37 @@ def _setting_fields(setting: object) -> dict:
 
 
 def joint_calibrate(
-    points: dict[tuple[float, float], dict[str, float | bool | None]],
+    points: dict[tuple[float, object], dict[str, float | bool | None]],
     max_utility_loss: float | None,
     max_reidentification: float | None,
 ) -> dict:
-    """The most private (ε, λ) meeting every bound: Xu et al. (2020) §6, privacy maximised
+    """The most private setting meeting every bound: Xu et al. (2020) §6, privacy maximised
     under a utility constraint, here with the re-identification and Nw/Sw bounds beside it.
 
     Args:
-        points: (ε, λ) → ``utility_loss`` (baseline minus mean utility, None: not measured),
+        points: (ε, setting) → ``utility_loss`` (baseline minus mean utility, None: not measured),
             ``reidentification`` (top-1 share of corpus tokens recovered, None: not measured),
-            ``nw_sw_met`` (the Nw/Sw bounds, None: no such bounds).
+            ``nw_sw_met`` (the Nw/Sw bounds, None: no such bounds). A setting is its series label
+            (``report.series_label``: ``laplace``, ``mahalanobis λ=1``, ``tem β=0.001``) or a bare λ
+            of the noise family.
         max_utility_loss, max_reidentification: the bounds (None: not bounded).
 
-    "Most private" is the smallest ε; between λ at that ε, the lower re-identification
-    share where it was measured, else the larger λ (elliptical noise gives lower Nw at
-    equal ε, Xu et al. Tables 1–4). The frontier marks the points that no other point beats
-    on both utility loss and re-identification (on utility loss and ε when risk is absent).
+    "Most private" is the smallest ε within one mechanism or the λ grid of the noise family (then
+    the lower re-identification, then the larger λ: elliptical noise gives lower Nw at equal ε, Xu
+    et al. Tables 1–4). Across other mechanisms ε is not one scale, and the lowest measured
+    re-identification decides (then the smaller ε). The frontier marks the points that no other
+    point beats on both utility loss and re-identification (on utility loss and ε when risk is absent).
 
-    Returns {"rows": one per point with ``met`` and ``frontier``, "best": (ε, λ) dict or None}.
+    Returns {"rows": one per point with ``met`` and ``frontier``, "best": the chosen point's
+    epsilon, lambda, setting and mechanism, or None}.
     """
     if max_utility_loss is None and max_reidentification is None:
         raise ConfigError("give at least one joint bound: --max-utility-loss and/or --max-reidentification")
     rows = []
-    for (e, lam), p in sorted(points.items()):
+    for (e, setting), p in sorted(points.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         loss, reid, nw_ok = p.get("utility_loss"), p.get("reidentification"), p.get("nw_sw_met")
-        met = nw_ok is not False and finite(e, lam)
+        fields = _setting_fields(setting)
+        met = nw_ok is not False and finite(e) and (fields["lambda"] is None or finite(fields["lambda"]))
         if max_utility_loss is not None:
             met = met and finite(loss) and loss <= max_utility_loss
         if max_reidentification is not None:
@@ -280,7 +285,9 @@ def joint_calibrate(
         rows.append(
             {
                 "epsilon": e,
-                "lambda": lam,
+                "lambda": fields["lambda"],
+                "setting": fields["setting"],
+                "mechanism": fields["mechanism"],
                 "utility_loss": loss,
                 "reidentification": reid,
                 "nw_sw_met": nw_ok,
@@ -295,7 +302,11 @@ def joint_calibrate(
         return r["utility_loss"] if r["utility_loss"] is not None else 0.0
 
     # A point with a NaN figure is on no frontier and beats no other point.
-    judged = [r for r in rows if finite(r["epsilon"], r["lambda"], utility_cost(r), privacy_cost(r))]
+    judged = [
+        r
+        for r in rows
+        if finite(r["epsilon"], utility_cost(r), privacy_cost(r)) and (r["lambda"] is None or finite(r["lambda"]))
+    ]
     for r in rows:
         r["frontier"] = any(r is j for j in judged) and not any(
             utility_cost(o) <= utility_cost(r)
@@ -304,9 +315,21 @@ def joint_calibrate(
             for o in judged
         )
     ok = [r for r in rows if r["met"]]
+    # ε is one scale across the λ grid of the noise family (as Xu et al. compare it); across other
+    # mechanisms the measured re-identification ranks them, where it was measured.
+    names = {r["mechanism"] for r in rows}
+    one_type = (
+        len(names) == 1 or names <= {"laplace", "mahalanobis"} or all(r["reidentification"] is None for r in rows)
+    )
     best = min(
         ok,
-        key=lambda r: (r["epsilon"], r["reidentification"] if r["reidentification"] is not None else 0.0, -r["lambda"]),
+        key=lambda r: (
+            r["epsilon"] if one_type else privacy_cost(r),
+            r["reidentification"] if r["reidentification"] is not None else 0.0,
+            r["epsilon"],
+            -(r["lambda"] if r["lambda"] is not None else -1.0),
+        ),
         default=None,
     )
-    return {"rows": rows, "best": None if best is None else {"epsilon": best["epsilon"], "lambda": best["lambda"]}}
+    keys = ("epsilon", "lambda", "setting", "mechanism")
+    return {"rows": rows, "best": None if best is None else {k: best[k] for k in keys}}

@@ -47,8 +47,6 @@ from dpspark.stats import calibrate as calibrate_table
 # of record, last. Beside statistics, the ones a calibration does not write are removed (an
 # earlier joint calibration's frontier), so the files there are always one calibration's.
 FILES = ("frontier.csv", "frontier.png", "calibration.md", "calibration.json")
-# The (ε, λ) grid of a joint calibration: what evaluate-utility and privacy-risk measure for it.
-NOISE_FAMILY = ("laplace", "mahalanobis")
 STATS_FIX = "--stats must be a privacy-stats output directory"
 
 
@@ -254,19 +252,18 @@ def _nw_sw(fs: FileSystem, stats_dir: str, bounds: Bounds, min_sw: float | None)
     return calibrate_table(table, bounds), text
 
 
-def _noise_family(row: dict) -> bool:
-    """A row at an (ε, λ) of the noise family (tables written before the mechanism column are all of it)."""
-    return row.get("lambda") is not None and row.get("mechanism") in (None, *NOISE_FAMILY)
-
-
 def _joint(fs: FileSystem, c: CalibrateConfig, nw_result: dict | None, nw_text: str) -> tuple[dict, str]:
-    """Utility / re-identification bounds (with the Nw/Sw ones when given): Xu et al. §6."""
+    """Utility / re-identification bounds (with the Nw/Sw ones when given): Xu et al. §6, over every
+    setting (mechanism and its own parameters) and ε that each source measured."""
+    from dpspark import risk as risk_report
     from dpspark import utility
 
-    points: dict[tuple[float, float], dict] = {}
-    sources, grid = [], ("epsilon", "lambda")
+    points: dict[tuple[float, str], dict] = {}
+    sources = []
     if c.utility:
-        table = read_table(fs, c.utility, "summary.parquet", "--utility", "evaluate-utility", ("mode", *grid), grid)
+        # Every output names its setting by its λ column at least (null for mechanisms without one).
+        columns = ("mode", "epsilon", "lambda")
+        table = read_table(fs, c.utility, "summary.parquet", "--utility", "evaluate-utility", columns, ("epsilon",))
         summary = table.to_pylist()
         if sum(s["mode"] == utility.BASELINE for s in summary) != 1:
             raise InputDataError(
@@ -276,25 +273,27 @@ def _joint(fs: FileSystem, c: CalibrateConfig, nw_result: dict | None, nw_text: 
         if f"{c.utility_metric}_mean" not in summary[0]:
             names = sorted(k.removesuffix("_mean") for k in summary[0] if k.endswith("_mean"))
             raise ConfigError(f"utility_metric {c.utility_metric!r} is not in {c.utility}; one of {', '.join(names)}")
-        for key, loss in utility.utility_loss(summary, c.utility_metric).items():
+        for key, loss in utility.utility_loss_by_setting(summary, c.utility_metric).items():
             points.setdefault(key, {})["utility_loss"] = loss
         sources.append("utility")
     if c.risk:
-        risk = read_table(fs, c.risk, "risk.parquet", "--risk", "privacy-risk", ("epsilon", "lambda", "top1"), grid)
-        for r in filter(_noise_family, risk.to_pylist()):
-            points.setdefault((r["epsilon"], r["lambda"]), {})["reidentification"] = r["top1"]
+        columns = ("epsilon", "lambda", "top1")
+        risk = read_table(fs, c.risk, "risk.parquet", "--risk", "privacy-risk", columns, ("epsilon",))
+        for r in risk.to_pylist():
+            points.setdefault((r["epsilon"], risk_report.setting_of(r)), {})["reidentification"] = r["top1"]
         sources.append("risk")
     if nw_result is not None:
-        for row in filter(_noise_family, nw_result["per_setting"]):
+        for row in nw_result["per_setting"]:
             for chk in row["checked"]:
-                points.setdefault((chk["epsilon"], row["lambda"]), {})["nw_sw_met"] = chk["met"]
+                points.setdefault((chk["epsilon"], row["setting"]), {})["nw_sw_met"] = chk["met"]
         sources.append("stats")
-    # Only the (ε, λ) that every source measured can be judged.
+    # Only the settings and ε that every source measured can be judged.
     need = {"utility": "utility_loss", "risk": "reidentification", "stats": "nw_sw_met"}
     points = {k: p for k, p in points.items() if all(need[s] in p for s in sources)}
     if not points:
         raise InputDataError(
-            f"the {', '.join(sources)} outputs share no (ε, λ): run them over the same grid (--epsilons, --lambdas)"
+            f"the {', '.join(sources)} outputs share no setting and ε: run them over the same grid (--mechanisms, "
+            "--epsilons, --grid / --lambdas)"
         )
     result = joint_calibrate(points, c.max_utility_loss, c.max_reidentification)
     parts = [nw_text] if nw_text else []

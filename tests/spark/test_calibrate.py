@@ -222,7 +222,12 @@ def test_a_joint_calibration_is_a_new_output_with_its_manifest(spark, tmp_path, 
     assert {n for n in os.listdir(out) if not n.startswith(".")} == names
     m = json.loads((out / MANIFEST).read_text())
     assert m["command"] == "calibrate" and m["status"] == "succeeded" and m["risk"] == str(risk)
-    assert m["best"] == {"epsilon": 2.0, "lambda": 1.0} and set(m["files"]) == names - {MANIFEST}
+    assert m["best"] == {
+        "epsilon": 2.0,
+        "lambda": 1.0,
+        "setting": "mahalanobis λ=1",
+        "mechanism": "mahalanobis",
+    } and set(m["files"]) == names - {MANIFEST}
     # An existing output: refused under --mode error, replaced (as a whole) under overwrite.
     code, err = run(capsys, *args)
     assert_refused(code, err, OutputError, "already exists")
@@ -234,25 +239,56 @@ def test_a_joint_calibration_is_a_new_output_with_its_manifest(spark, tmp_path, 
     assert not (risk / "cal").exists()
 
 
-def test_a_joint_calibration_judges_the_noise_family_only(spark, tmp_path):
-    """Statistics over several mechanisms: the (ε, λ) points are laplace's and mahalanobis's; a
-    vickrey setting of the same λ, or a mechanism without λ, does not judge them."""
-    stats, risk, out = tmp_path / "s", tmp_path / "r", tmp_path / "cal"
+def test_a_joint_calibration_judges_every_setting(spark, tmp_path):
+    """Statistics, risk and utility over several mechanisms: every (setting, ε) that all three
+    measured is judged on its own (a vickrey setting of the same λ never stands in for mahalanobis),
+    and across mechanisms the lowest measured re-identification meeting the bounds is chosen."""
+    stats, risk, utility, out = tmp_path / "s", tmp_path / "r", tmp_path / "u", tmp_path / "cal"
     stats.mkdir()
+    risk.mkdir()
+    utility.mkdir()
     axes = {a: None for a in report.axis_names()}
+    settings = (
+        ("mahalanobis", "mahalanobis λ=1", {"lambda": 1.0}, 1, 0.3),
+        ("vickrey", "vickrey λ=1 t=0.5", {"lambda": 1.0, "t": 0.5}, 10, 0.2),
+        ("tem", "tem β=0.001", {"beta": 0.001}, 1, 0.1),
+    )
     rows = [
-        {"mechanism": m, "epsilon": e, **axes, "lambda": lam, "t": t, "nw": nw, "sw": 5, "runs": 10}
-        for m, lam, t, nw in (("mahalanobis", 1.0, None, 1), ("vickrey", 1.0, 0.5, 10), ("tem", None, None, 10))
+        {"mechanism": m, "epsilon": e, **axes, **own, "nw": nw, "sw": 5, "runs": 10}
+        for m, _, own, nw, _ in settings
         for e in (1.0, 2.0)
     ]
     pq.write_table(pa.Table.from_pylist(rows), stats / "per_word.parquet")
     write_manifest(stats, "privacy-stats")
-    write_risk(risk, [0.1, 0.1])
+    risk_rows = [
+        {"mechanism": m, "setting": label, "epsilon": e, **axes, **own, "top1": top1}
+        for m, label, own, _, top1 in settings
+        for e in (1.0, 2.0)
+    ]
+    pq.write_table(pa.Table.from_pylist(risk_rows), risk / "risk.parquet")
+    write_manifest(risk, "privacy-risk")
+    summary = [{"mode": BASELINE, "mechanism": None, "setting": None, "epsilon": None, **axes, "accuracy_mean": 0.9}]
+    summary += [{**r, "mode": "train-time", "accuracy_mean": 0.89} for r in risk_rows]
+    for r in summary:
+        r.pop("top1", None)
+    pq.write_table(pa.Table.from_pylist(summary), utility / "summary.parquet")
+    write_manifest(utility, "evaluate-utility")
     result = dpspark.calibrate(
-        stats=str(stats), max_nw_fraction=0.5, risk=str(risk), max_reidentification=0.2, output=str(out)
+        stats=str(stats),
+        max_nw_fraction=0.5,
+        risk=str(risk),
+        max_reidentification=0.5,
+        utility=str(utility),
+        max_utility_loss=0.05,
+        output=str(out),
     )
-    assert [(r["epsilon"], r["lambda"], r["nw_sw_met"]) for r in result["rows"]] == [(1.0, 1.0, True), (2.0, 1.0, True)]
-    assert result["best"] == {"epsilon": 1.0, "lambda": 1.0}
+    judged = {(r["setting"], r["epsilon"]): r["met"] for r in result["rows"]}
+    assert judged == {
+        (label, e): nw <= 5 for _, label, _, nw, _ in settings for e in (1.0, 2.0)
+    }  # vickrey fails its own Nw bound
+    assert result["best"] == {"epsilon": 1.0, "lambda": None, "setting": "tem β=0.001", "mechanism": "tem"}
+    md = (out / "calibration.md").read_text(encoding="utf-8")
+    assert "| tem β=0.001 | 1 |" in md and "not one scale" not in md  # one guarantee type here
 
 
 # --- the file system of the session ----------------------------------------------------------------
@@ -283,7 +319,12 @@ def test_calibrate_on_a_default_file_system_that_is_not_the_drivers_disk(mounted
     write_risk(mounted / "r", [0.5, 0.1, 0.6])
     args = ["--risk", "/data/r", "--max-reidentification", "0.2", "--output", "/data/cal", "--quiet"]
     assert main(["calibrate", *args]) == 0
-    assert json.loads((mounted / "cal" / "calibration.json").read_text())["best"] == {"epsilon": 2.0, "lambda": 1.0}
+    assert json.loads((mounted / "cal" / "calibration.json").read_text())["best"] == {
+        "epsilon": 2.0,
+        "lambda": 1.0,
+        "setting": "mahalanobis λ=1",
+        "mechanism": "mahalanobis",
+    }
     assert (mounted / "cal" / MANIFEST).is_file() and (mounted / "cal" / "frontier.png").is_file()
     capsys.readouterr()
 
@@ -368,4 +409,9 @@ def test_calibrate_with_a_nan_figure_recommends_nothing(spark, capsys, tmp_path)
     assert (
         main(["calibrate", "--risk", str(risk), "--max-reidentification", "0.2", "--output", str(tmp_path / "c2")]) == 0
     )
-    assert json.loads((tmp_path / "c2" / "calibration.json").read_text())["best"] == {"epsilon": 2.0, "lambda": 1.0}
+    assert json.loads((tmp_path / "c2" / "calibration.json").read_text())["best"] == {
+        "epsilon": 2.0,
+        "lambda": 1.0,
+        "setting": "mahalanobis λ=1",
+        "mechanism": "mahalanobis",
+    }

@@ -212,7 +212,7 @@ def test_joint_calibration_meets_its_bounds_in_a_fresh_run(spark, data, corpus_v
     result = json.loads((tmp_path / "cal" / "calibration.json").read_text())
     rows = {(r["epsilon"], r["lambda"]): r for r in result["rows"]}
     assert not rows[(2.0, 1.0)]["met"] and not rows[(400.0, 1.0)]["met"]
-    assert result["best"] == {"epsilon": 10.0, "lambda": 1.0}
+    assert result["best"] == {"epsilon": 10.0, "lambda": 1.0, "setting": "mahalanobis λ=1", "mechanism": "mahalanobis"}
     assert {p.name for p in (tmp_path / "cal").iterdir()} >= {"calibration.md", "frontier.csv", "frontier.png"}
     # A fresh run at the chosen setting (new noise) meets the bounds.
     point = {"epsilons": "10", "lambdas": "1", "vocab_file": corpus_vocab}

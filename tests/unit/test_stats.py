@@ -133,3 +133,22 @@ def test_bounds_validation():
         Bounds(max_nw_fraction=None, min_sw=None)
     with pytest.raises(ConfigError):
         Bounds(max_nw_fraction=1.5)
+
+
+def test_joint_calibration_across_mechanisms_ranks_by_measured_risk():
+    """Across mechanisms ε is not one scale: the lowest measured re-identification that meets the
+    bounds wins; within the λ grid of the noise family the smallest ε still decides."""
+    from dpspark.stats import joint_calibrate
+
+    points = {
+        (5.0, "laplace"): {"utility_loss": 0.01, "reidentification": 0.50},
+        (8.0, "laplace"): {"utility_loss": 0.005, "reidentification": 0.70},
+        (3.0, "tem β=0.001"): {"utility_loss": 0.02, "reidentification": 0.30},
+        (1.0, "santext"): {"utility_loss": 0.20, "reidentification": 0.01},
+    }
+    result = joint_calibrate(points, max_utility_loss=0.05, max_reidentification=0.9)
+    assert result["best"] == {"epsilon": 3.0, "lambda": None, "setting": "tem β=0.001", "mechanism": "tem"}
+    assert {r["setting"] for r in result["rows"]} == {"laplace", "tem β=0.001", "santext"}
+    noise = {k: v for k, v in points.items() if k[1] == "laplace"}
+    noise[(5.0, "mahalanobis λ=1")] = {"utility_loss": 0.01, "reidentification": 0.60}
+    assert joint_calibrate(noise, 0.05, 0.9)["best"]["setting"] == "laplace"  # smaller ε first, then lower risk

@@ -200,8 +200,14 @@ def test_joint_calibration_picks_the_most_private_point_meeting_the_bounds():
         (10.0, 1.0): {"utility_loss": 0.005, "reidentification": 0.6},
     }
     result = joint_calibrate(points, 0.02, None)
-    assert result["best"] == {"epsilon": 5.0, "lambda": 1.0}  # equal ε: the lower re-identification
-    assert joint_calibrate(points, 0.02, 0.25)["best"] == {"epsilon": 5.0, "lambda": 1.0}
+    best = {"epsilon": 5.0, "lambda": 1.0, "setting": "mahalanobis λ=1", "mechanism": "mahalanobis"}
+    assert result["best"] == best  # equal ε: the lower re-identification
+    assert joint_calibrate(points, 0.02, 0.25)["best"] == {
+        "epsilon": 5.0,
+        "lambda": 1.0,
+        "setting": "mahalanobis λ=1",
+        "mechanism": "mahalanobis",
+    }
     assert joint_calibrate(points, 0.02, 0.1)["best"] is None
     front = {(r["epsilon"], r["lambda"]) for r in result["rows"] if r["frontier"]}
     assert front == {(1.0, 0.0), (5.0, 1.0), (10.0, 1.0)}  # (5, 0) is beaten by (5, 1) on both axes

@@ -265,7 +265,12 @@ def test_joint_calibrate_never_recommends_from_nan():
     assert sum(r["frontier"] for r in result["rows"]) == 1  # a NaN point is on no frontier
     # The same real point with a good figure is recommended.
     points[(1.0, 1.0)]["reidentification"] = 0.1
-    assert joint_calibrate(points, 0.05, 0.2)["best"] == {"epsilon": 1.0, "lambda": 1.0}
+    assert joint_calibrate(points, 0.05, 0.2)["best"] == {
+        "epsilon": 1.0,
+        "lambda": 1.0,
+        "setting": "mahalanobis λ=1",
+        "mechanism": "mahalanobis",
+    }
 
 
 def test_calibrate_never_recommends_from_nan():
