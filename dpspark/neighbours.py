@@ -277,9 +277,30 @@ class CertifiedIndex:
         return self._float32.within(centers, radii)
 
     def query_two(self, points: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
-        """The two nearest rows (n×2) by ``ExactIndex.query_two`` on a float32 index built on first
-        use: exact up to float32 ties, not certified (callers re-rank the two in float64)."""
-        return self._float32.query_two(points, among)
+        """The two float64-nearest rows of each point (n×2, nearest first), exactly: the first
+        two of ``np.lexsort((rows, d))`` with d = ((q − X)**2).sum(axis=1) in float64.
+
+        Ties at float64 (equal computed distances, duplicate words, a point exactly between two
+        words) go to the lower row, in both columns; the first column equals ``query``. ``among``
+        (rows of the index, at least two) limits the search to them, with the same certificate
+        (ties: the first of ``among``). Non-finite points get rows 0 and 1, as the lexsort does.
+
+        Certificate (as ``query``'s, with the second best): stage 1's two largest block maxima
+        come from two different blocks, hence two different words whose t is at least the lower
+        bound of the smaller one; a word that float64 puts in the top two has at most one word
+        before it, so it is not behind both of those: its t is at least that bound minus σ. Stage
+        2 keeps every word whose low-precision score reaches that threshold and keeps the best
+        two of them by float64 distance. When the best two share a block, the second block's
+        maximum gives a lower threshold (more candidates, never a wrong answer).
+        """
+        q = np.asarray(points, dtype=np.float64).reshape(-1, self.dim)
+        rows = None if among is None else np.asarray(among, dtype=np.int64)
+        if (self.size if rows is None else len(rows)) < 2:
+            raise ValueError("query_two needs at least two indexed rows")
+        out = np.zeros((len(q), 2), dtype=np.int64)
+        for s in range(0, len(q), LOWP_QUERY_BLOCK):
+            out[s : s + LOWP_QUERY_BLOCK] = self._search(q[s : s + LOWP_QUERY_BLOCK], rows, two=True)
+        return out if rows is None else rows[out]
 
     @cached_property
     def _float32(self) -> ExactIndex:
@@ -316,19 +337,21 @@ class CertifiedIndex:
         rows[:, self.dim + 2], rows[:, self.dim + 3] = hi, lo
         return self._lowp.matrix(rows), qn, np.abs(hi + lo), eta
 
-    def _search(self, q: np.ndarray, among: np.ndarray | None) -> np.ndarray:
-        """Positions (in the index, or in ``among``) of the float64 nearest word of each query."""
+    def _search(self, q: np.ndarray, among: np.ndarray | None, two: bool = False) -> np.ndarray:
+        """Positions (in the index, or in ``among``) of the float64 nearest word of each query;
+        with ``two``, of the nearest two (n×2, nearest first, lower position on ties)."""
         lowp = self._lowp
         if among is None:
             words, rblock, n, source = self._words, self._rblock, self.size, self._x
         else:
             n, source = len(among), self._x[among]
             words, rblock = self._blocks([lowp.take(self._words, among)], self._norm[among])
-        result = np.zeros(len(q), dtype=np.int64)  # non-finite queries: row 0, as np.argmin over NaN/inf
+        # Non-finite queries: row 0 (and 1), as np.argmin (np.lexsort) over NaN/inf distances.
+        result = np.tile(np.arange(2, dtype=np.int64), (len(q), 1)) if two else np.zeros(len(q), dtype=np.int64)
         big = np.sqrt(np.einsum("ij,ij->i", q, q))
         ok = big <= _MAX_NORM  # False for NaN and inf too
         for i in np.flatnonzero(np.isfinite(big) & ~ok):  # huge but finite: float64 brute force
-            result[i] = _argmin64(source, q[i])
+            result[i] = _best_two64(source, q[i]) if two else _argmin64(source, q[i])
         if not ok.any():
             return result
         q = q[ok]
@@ -338,10 +361,15 @@ class CertifiedIndex:
 
         # Stage 1: each block's largest low-precision score, per query (nb × nq, float32).
         m = lowp.block_maxima(qt, words, wb)
-        g = m.max(axis=0).astype(np.float64)
-        r_top = np.zeros(nq)  # the largest norm among the blocks holding G (no slow argmax on axis 0)
+        if not two:
+            g = m.max(axis=0).astype(np.float64)
+        elif len(m) >= 2:  # the second largest block maximum (two different blocks reach it)
+            g = np.partition(m, len(m) - 2, axis=0)[len(m) - 2].astype(np.float64)
+        else:  # one block: every word is a candidate (at most LOWP_WORD_BLOCK per query)
+            g = np.full(nq, -np.inf)
+        r_top = np.zeros(nq)  # the largest norm among the blocks reaching G (no slow argmax on axis 0)
         for s in range(0, len(m), 64):
-            np.maximum(r_top, np.where(m[s : s + 64] == g, rblock[s : s + 64, None], 0.0).max(axis=0), out=r_top)
+            np.maximum(r_top, np.where(m[s : s + 64] >= g, rblock[s : s + 64, None], 0.0).max(axis=0), out=r_top)
         # The bound of block b for query i is alpha_i·R_b + c₂R_b²/2 + gamma_i (R_b: its largest norm).
         alpha, gamma = self._c1 * qn, self._c2 * c_abs + eta
         b_top = alpha * r_top + self._c2 * r_top**2 / 2 + gamma
@@ -370,7 +398,10 @@ class CertifiedIndex:
         # unlike a oneDNN call per new row count, it compiles no kernels.
         cuts = np.flatnonzero(np.diff(blk)) + 1
         q32 = lowp.float32(qt)
-        best, where = np.full(nq, np.inf), np.zeros(nq, dtype=np.int64)
+        best, where = np.full((nq, 2), np.inf), np.full((nq, 2), -1, dtype=np.int64)
+        keep = _keep_two if two else _keep_nearest
+        if not two:
+            best, where = best[:, 0], where[:, 0]
         pending: list[tuple[np.ndarray, np.ndarray]] = []
         count = 0
         for lo_pair, hi_pair in zip(np.r_[0, cuts], np.r_[cuts, len(blk)]):
@@ -380,12 +411,14 @@ class CertifiedIndex:
             pending.append((qi[r], lo + c))
             count += len(r)
             if count >= _PAIRS:
-                _keep_nearest(q, source, *map(np.concatenate, zip(*pending)), best, where)
+                keep(q, source, *map(np.concatenate, zip(*pending)), best, where)
                 self.reranked += count
                 pending, count = [], 0
         if pending:
-            _keep_nearest(q, source, *map(np.concatenate, zip(*pending)), best, where)
+            keep(q, source, *map(np.concatenate, zip(*pending)), best, where)
             self.reranked += count
+        if two and (where[:, 1] < 0).any():  # never, by the certificate: at least two words pass
+            raise RuntimeError("certified best-two search lost a candidate")
         result[ok] = where
         return result
 
@@ -517,6 +550,34 @@ def _keep_nearest(q, source, qi, pos, best, where) -> None:
     where[qi[first[better]]] = pos[first[better]]
 
 
+def _keep_two(q, source, qi, pos, best, where) -> None:
+    """As ``_keep_nearest`` for the best two (best, where: n×2, nearest first, where −1 while
+    empty): the new candidates and the current two of their queries, ordered by (query, float64
+    distance, position); the first two of each query stay."""
+    d = ((source[pos].astype(np.float64) - q[qi]) ** 2).sum(axis=1)
+    u = np.unique(qi)
+    held = where[u] >= 0
+    qi = np.concatenate([qi, np.repeat(u, 2)[held.ravel()]])
+    pos = np.concatenate([pos, where[u][held]])
+    d = np.concatenate([d, best[u][held]])
+    order = np.lexsort((pos, d, qi))
+    qs = qi[order]
+    start = np.flatnonzero(np.r_[True, qs[1:] != qs[:-1]])
+    first = order[start]
+    best[qs[start], 0], where[qs[start], 0] = d[first], pos[first]
+    nxt = start + 1
+    has = nxt < len(order)
+    has[has] = qs[nxt[has]] == qs[start[has]]
+    second = order[nxt[has]]
+    best[qs[start[has]], 1], where[qs[start[has]], 1] = d[second], pos[second]
+
+
+def _best_two64(source: np.ndarray, point: np.ndarray) -> np.ndarray:
+    """The first two of np.lexsort((rows, float64 distances)) from one point to every row, in chunks."""
+    d = np.concatenate([((c - point) ** 2).sum(axis=1) for c in _chunks(source)])
+    return np.lexsort((np.arange(len(d)), d))[:2].astype(np.int64)
+
+
 def _argmin64(source: np.ndarray, point: np.ndarray) -> int:
     """np.argmin of the float64 distances from one point to every row, in chunks."""
     best, where = np.inf, 0
@@ -624,9 +685,10 @@ class AdaptiveIndex:
         return self._float32.within(centers, radii)
 
     def query_two(self, points: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
-        """The two nearest rows (n×2) from the float32 index (``ExactIndex.query_two``), before and
-        after the move to CertifiedIndex alike."""
-        return self._float32.query_two(points, among)
+        """The two nearest rows (n×2): ``ExactIndex.query_two`` before the move, then
+        ``CertifiedIndex.query_two`` (exactly the float64 best two); the scores count as ``query``'s."""
+        n = self.size if among is None else len(among)
+        return self._index(len(points) * n).query_two(points, among)
 
 
 def exact_index(vectors: np.ndarray) -> ExactIndex | CertifiedIndex | AdaptiveIndex:

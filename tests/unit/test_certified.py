@@ -247,3 +247,138 @@ def test_adaptive_index_stays_float32_without_bf16(glove, monkeypatch):
     for _ in range(3):
         np.testing.assert_array_equal(index.query(q), ExactIndex(x).query(q))
     assert index._certified is None
+
+
+def float64_best_two(x, q):
+    """The float64 best two, ties to the lower row (the first two of np.lexsort((rows, d)) with
+    d = ((q − X)**2).sum(axis=1)): as ``float64_argmin``, the GEMM keeps every word within
+    2⁻³⁰(‖q‖ + max‖x‖)² of the second smallest distance, and their float64 distances decide."""
+    x = np.asarray(x, dtype=np.float64)
+    xx = (x * x).sum(axis=1)
+    rmax = np.sqrt(xx.max())
+    out = np.empty((len(q), 2), dtype=np.int64)
+    for s in range(0, len(q), 256):
+        qc = np.asarray(q[s : s + 256], dtype=np.float64)
+        qq = (qc * qc).sum(axis=1)
+        d = qq[:, None] - 2 * qc @ x.T + xx
+        second = np.partition(d, 1, axis=1)[:, 1]
+        near = d <= (second + 2.0**-30 * (np.sqrt(qq) + rmax) ** 2)[:, None]
+        for i, p in enumerate(qc):
+            rows = np.flatnonzero(near[i])
+            out[s + i] = rows[np.lexsort((rows, ((p - x[rows]) ** 2).sum(axis=1)))[:2]]
+    return out
+
+
+def brute_best_two(x, q):
+    """The float64 best two, directly: one distance row per query."""
+    x = np.asarray(x, dtype=np.float64)
+    rows = np.arange(len(x))
+    return np.array([np.lexsort((rows, ((p - x) ** 2).sum(axis=1)))[:2] for p in np.asarray(q, dtype=np.float64)])
+
+
+@pytest.mark.parametrize("epsilon", [5.0, 10.0, 40.0])
+def test_bf16_best_two_equals_float64_on_noisy_glove(bf16, vocab, epsilon):
+    rng = np.random.default_rng(int(epsilon) + 100)
+    words = rng.integers(0, len(vocab), 20)
+    q = np.concatenate(
+        [
+            noisy(vocab, 600, epsilon, seed=int(epsilon) + 100),
+            vocab[words],  # at a word: itself first
+            (vocab[words[:10]].astype(np.float64) + vocab[words[10:]]) / 2,  # between two words
+        ]
+    )
+    got = bf16.query_two(q)
+    np.testing.assert_array_equal(got, float64_best_two(vocab, q))
+    np.testing.assert_array_equal(got[:, 0], bf16.query(q))
+    assert (got[600:620, 0] == words).all()
+
+
+def test_bf16_best_two_across_query_blocks(bf16, vocab, monkeypatch):
+    monkeypatch.setattr(neighbours, "LOWP_QUERY_BLOCK", 1024)
+    monkeypatch.setattr(neighbours, "LOWP_GEMM_ROWS", 512)
+    q = noisy(vocab, 2085, 10.0, seed=8)
+    got = bf16.query_two(q)
+    np.testing.assert_array_equal(got, float64_best_two(vocab, q))
+    # float32 ExactIndex.query_two differs only at near-ties
+    assert (got == ExactIndex(vocab).query_two(q)).all(axis=1).mean() > 0.998
+
+
+@pytest.mark.parametrize("bits", [3, 5])
+def test_best_two_certificate_alone_with_a_coarse_scorer(bits):
+    """Coarse scores leave many candidates for the second place too; the two must be exact."""
+    x = np.random.default_rng(0).standard_normal((3 * LOWP_WORD_BLOCK + 11, 20)).astype(np.float32)
+    q = x[np.random.default_rng(1).integers(0, len(x), 300)] + np.random.default_rng(2).normal(0, 2, (300, 20))
+    np.testing.assert_array_equal(CertifiedIndex(x, _Emulated(bits)).query_two(q), brute_best_two(x, q))
+
+
+@pytest.mark.parametrize("lowp", ["bf16", "emulated"])
+def test_best_two_ties_duplicates_and_odd_queries(glove, lowp):
+    """Exact float64 ties go to the lower rows, in both columns."""
+    if lowp == "bf16":
+        pytest.importorskip("torch")
+    make = (lambda x: CertifiedIndex(x)) if lowp == "bf16" else (lambda x: CertifiedIndex(x, _Emulated(6)))
+    x = glove.vectors[:3000].copy()
+    x[2000] = x[1500] = x[10]  # exact duplicates
+    x[2999] = x[11]
+    # Three words at exactly the same float64 distance (50/256) from a dyadic point c, no other
+    # word nearer (c is 3.5 away from x[5]).
+    c = np.round(x[5].astype(np.float64) * 64) / 64 + 0.5
+    sign = np.where(np.arange(50) % 2, 1.0, -1.0)
+    x[2100], x[40], x[700] = c + 1 / 16, c - 1 / 16, c + sign / 16
+    index = make(x)
+    rng = np.random.default_rng(6)
+    q = np.concatenate(
+        [
+            x[[10, 1500, 2000, 11, 2999, 0, 1234]],
+            c[None],
+            x[[10, 11]] + rng.normal(0, 1e-3, (2, 50)),
+            (x[[3, 40]].astype(np.float64) + x[[4, 41]]) / 2,
+            rng.standard_normal((8, 50)) * np.array([1e3, 1e5, 1e8, 1e11, 1e13, 1e16, 0.0, 1e-30])[:, None],
+        ]
+    )
+    got = index.query_two(q)
+    np.testing.assert_array_equal(got, brute_best_two(x, q))
+    assert got[:8].tolist() == [
+        [10, 1500],
+        [10, 1500],
+        [10, 1500],
+        [11, 2999],
+        [11, 2999],
+        [0, got[5, 1]],
+        [1234, got[6, 1]],
+        [40, 700],
+    ]
+    # among: exact among a subset, ties to the first of the subset.
+    rows = np.array([5, 10, 11, 40, 700, 1500, 2000, 2100, 2500, 2999])
+    np.testing.assert_array_equal(index.query_two(q, rows), rows[brute_best_two(x[rows], q)])
+    # Tiny vocabularies, empty batches, non-finite queries (rows 0 and 1, as the lexsort).
+    two = make(x[[7, 7]])
+    np.testing.assert_array_equal(two.query_two(q[:5]), np.tile([0, 1], (5, 1)))
+    assert index.query_two(np.zeros((0, 50))).shape == (0, 2)
+    bad = np.array([[np.nan] * 50, [np.inf] + [0.0] * 49])
+    np.testing.assert_array_equal(index.query_two(bad), [[0, 1], [0, 1]])
+    with pytest.raises(ValueError):
+        make(x[:1]).query_two(q)
+    with pytest.raises(ValueError):
+        index.query_two(q, np.array([3]))
+
+
+def test_adaptive_index_best_two_moves_to_certified(glove, monkeypatch):
+    """query_two counts its scores as query does and answers the float64 best two after the move."""
+    pytest.importorskip("torch")
+    x = glove.vectors[:3000]
+    monkeypatch.setattr(neighbours, "LOWP_SWITCH_SCORES", 2 * 100 * len(x))
+    monkeypatch.setattr(neighbours, "lowp_available", lambda: True)
+    rng = np.random.default_rng(9)
+    index = AdaptiveIndex(x)
+    for call in range(4):
+        q = x[rng.integers(0, len(x), 100)] + sample_noise(100, x.shape[1], 5.0, rng, np.eye(x.shape[1]))
+        got = index.query_two(q)
+        if call < 2:
+            assert index._certified is None
+            np.testing.assert_array_equal(got, ExactIndex(x).query_two(q))
+        else:
+            assert type(index._certified) is CertifiedIndex
+            np.testing.assert_array_equal(got, brute_best_two(x, q))
+    rows = np.arange(0, len(x), 7)
+    np.testing.assert_array_equal(index.query_two(q, rows), rows[brute_best_two(x[rows], q)])
