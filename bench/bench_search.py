@@ -9,6 +9,7 @@ near-ties).
 
     python bench/bench_search.py [--queries 4096] [--repeats 3]
     python bench/bench_search.py --check 1000000    # exactness only, over that many queries
+    python bench/bench_search.py --two              # query against query_two (Vickrey's search)
 
 The float64 reference (``reference``) is exact by proof, not by trust: float32 GEMM scores
 with a rounding bound, every word within twice the bound of the best re-ranked by its
@@ -140,6 +141,35 @@ def speed(emb, sizes, epsilons, n: int, repeats: int) -> None:
             )
 
 
+def best_two(emb, sizes, epsilons, n: int, repeats: int) -> None:
+    """``query`` against ``query_two`` (Vickrey's search), float32 ExactIndex and certified bf16
+    CertifiedIndex side by side: queries per CPU second, median of ``repeats`` interleaved runs."""
+    print(f"{n:,} queries per (words, ε), median of {repeats} interleaved runs, one thread; q/s per CPU second")
+    print("   words     ε | fp32 query  fp32 two  two/query | bf16 query  bf16 two  two/query | bf16 two/fp32 two")
+    for size in sizes:
+        x = emb.vectors[:size]
+        a = geometry(x, 1.0).a
+        exact, certified = ExactIndex(x), CertifiedIndex(x)
+        warm = noisy(x, a, n, 10.0, seed=99)
+        for f in (exact.query, exact.query_two, certified.query, certified.query_two):
+            f(warm)
+        for eps in epsilons:
+            q = noisy(x, a, n, eps, seed=int(eps * 1000) + size)
+            calls = [exact.query, exact.query_two, certified.query, certified.query_two]
+            rates: list[list[float]] = [[] for _ in calls]
+            for r in range(repeats):
+                for i in range(len(calls)) if r % 2 == 0 else reversed(range(len(calls))):
+                    c0 = time.process_time()
+                    calls[i](q)
+                    rates[i].append(n / (time.process_time() - c0))
+            f1, f2, b1, b2 = map(statistics.median, rates)
+            print(
+                f"  {size:>7,} {eps:>4g} | {f1:>10,.0f} {f2:>9,.0f} {f2 / f1:>10.2f} |"
+                f" {b1:>10,.0f} {b2:>9,.0f} {b2 / b1:>10.2f} | {b2 / f2:>17.2f}",
+                flush=True,
+            )
+
+
 def check(emb, sizes, epsilons, total: int, sample: int) -> None:
     per = -(-total // (len(sizes) * len(epsilons)))
     print(f"exactness: {per:,} noisy queries per (words, ε), {per * len(sizes) * len(epsilons):,} in all")
@@ -176,6 +206,7 @@ def main() -> None:
     ap.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
     ap.add_argument("--check", type=int, default=0, help="exactness over this many queries instead of timing")
     ap.add_argument("--sample", type=int, default=64, help="--check: reference rows also checked directly")
+    ap.add_argument("--two", action="store_true", help="query against query_two (Vickrey's best two) instead")
     a = ap.parse_args()
     import torch
 
@@ -187,6 +218,8 @@ def main() -> None:
     emb = load_default()
     if a.check:
         check(emb, sizes, epsilons, a.check, a.sample)
+    elif a.two:
+        best_two(emb, sizes, epsilons, a.queries, a.repeats)
     else:
         speed(emb, sizes, epsilons, a.queries, a.repeats)
 

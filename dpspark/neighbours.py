@@ -364,7 +364,11 @@ class CertifiedIndex:
         if not two:
             g = m.max(axis=0).astype(np.float64)
         elif len(m) >= 2:  # the second largest block maximum (two different blocks reach it)
-            g = np.partition(m, len(m) - 2, axis=0)[len(m) - 2].astype(np.float64)
+            g1, g2 = np.maximum(m[0], m[1]), np.minimum(m[0], m[1])
+            for row in m[2:]:  # a running best two, row by row (np.partition across rows is slower)
+                np.maximum(g2, np.minimum(g1, row), out=g2)
+                np.maximum(g1, row, out=g1)
+            g = g2.astype(np.float64)
         else:  # one block: every word is a candidate (at most LOWP_WORD_BLOCK per query)
             g = np.full(nq, -np.inf)
         r_top = np.zeros(nq)  # the largest norm among the blocks reaching G (no slow argmax on axis 0)
