@@ -17,11 +17,12 @@ Guarantee: w̃1, w̃2, r1, r2 are functions of v and the public embedding, and t
 an independent uniform: the whole output is post-processing of v, so CMP's ε·d (λ = 0) or
 ε·d_RM (λ > 0) holds for every t.
 
-Search: the best two of every query by the blocked float32 GEMM (``query_two`` of
-``space.exact``, a running best two per tile), then r1 and r2 recomputed in float64, which
-also fixes the order of the two. ``space.exact`` is always an exact index, whatever index
-the run configured (an annoy index answers one approximate neighbour; Vickrey needs the
-best two). Only the output word leaves this module: v, Z, r1 and r2 stay local.
+Search: the best two of every query by ``query_two`` of ``space.exact``: the blocked float32
+GEMM with a running best two per tile, or, once a process has done enough work on a CPU with
+bf16 GEMMs, the certified bf16 search, which returns the exact float64 best two. r1 and r2 are
+then recomputed in float64, which also fixes the order of the two. ``space.exact`` is always
+an exact index, whatever index the run configured (an annoy index answers one approximate
+neighbour; Vickrey needs the best two). Only the output word leaves this module: v, Z, r1 and r2 stay local.
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ class VickreySampler(WordMechanism):
         """Step 2 for noisy points (n×d float64): (w̃1, w̃2, r1, r2), positions in W and float64
         distances, r1 ≤ r2; ``among`` limits the search to those positions of W (ascending).
 
-        The float32 search proposes the two; their float64 distances order them (the float32
-        order stands where the float64 distances are equal).
+        The index proposes the two (the float32 search, or the certified bf16 one, exact in float64);
+        their float64 distances order them (the index's order stands where they are equal).
         """
         pair = self.space.exact.query_two(noisy, among)
         diff = self.space.vocab64[pair] - np.asarray(noisy, dtype=np.float64)[:, None, :]
