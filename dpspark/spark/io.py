@@ -19,6 +19,7 @@ import json
 import os
 import posixpath
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -345,24 +346,48 @@ def few_read_tasks(fs: FileSystem, written: str, size: int, splits: dict[str, st
 
 
 class SqlConf:
-    """Set session SQL settings for a block and restore them after."""
+    """Set session SQL settings for a block and restore them after.
+
+    Safe across threads sharing a session (concurrent releases from one notebook or driver): each
+    setting keeps the session's own value and a list of the blocks holding it; a block that ends
+    while others still hold the setting puts back the latest remaining block's value, and the last
+    one to end restores the session's value. (Saving and restoring per block would leave a value of
+    one thread behind for good when two blocks overlap.)
+    """
+
+    _lock = threading.Lock()
+    _held: dict[tuple[int, str], tuple[str | None, list[tuple[object, str]]]] = {}
 
     def __init__(self, spark: SparkSession, settings: dict[str, str]) -> None:
         self.spark, self.settings = spark, settings
-        self.before: dict[str, str | None] = {}
+        self._token = object()
 
     def __enter__(self) -> SqlConf:
-        for k, v in self.settings.items():
-            self.before[k] = self.spark.conf.get(k, None)
-            self.spark.conf.set(k, v)
+        with self._lock:
+            for k, v in self.settings.items():
+                key = (id(self.spark), k)
+                original, holders = self._held.get(key, (None, []))
+                if not holders:
+                    original = self.spark.conf.get(k, None)
+                self._held[key] = (original, [*holders, (self._token, v)])
+                self.spark.conf.set(k, v)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for k, v in self.before.items():
-            if v is None:
-                self.spark.conf.unset(k)
-            else:
-                self.spark.conf.set(k, v)
+        with self._lock:
+            for k in self.settings:
+                key = (id(self.spark), k)
+                original, holders = self._held[key]
+                holders = [h for h in holders if h[0] is not self._token]
+                if holders:
+                    self._held[key] = (original, holders)
+                    self.spark.conf.set(k, holders[-1][1])
+                else:
+                    del self._held[key]
+                    if original is None:
+                        self.spark.conf.unset(k)
+                    else:
+                        self.spark.conf.set(k, original)
 
 
 STRING_PARTITIONS = {"spark.sql.sources.partitionColumnTypeInference.enabled": "false"}

@@ -379,3 +379,32 @@ def test_outputs_that_cannot_be_paths_are_refused_before_the_job(spark, capsys, 
     err = refused(capsys, code, ConfigError, "output")
     assert "Traceback" not in err and "Py4J" not in err
     assert not (tmp_path / "nowhere").exists() and leftovers(tmp_path) == []
+
+
+def test_overlapping_sql_settings_of_two_threads_restore_the_sessions_value(spark):
+    """Two releases in one session overlap their SqlConf blocks out of order (A enters, B enters, A
+    leaves, B leaves): the session's own value comes back, and while B still runs it keeps its value."""
+    key = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    original = spark.conf.get(key, None)
+    a, b = io.SqlConf(spark, {key: "false"}), io.SqlConf(spark, {key: "false"})
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert spark.conf.get(key) == "false"  # B still holds it
+    b.__exit__(None, None, None)
+    assert spark.conf.get(key, None) == original
+    # Real threads, many times over: never a value left behind.
+    barrier = threading.Barrier(2)
+
+    def block() -> None:
+        barrier.wait()
+        for _ in range(20):
+            with io.SqlConf(spark, {key: "false"}):
+                pass
+
+    threads = [threading.Thread(target=block) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert spark.conf.get(key, None) == original
