@@ -5,6 +5,8 @@ Spark ships to every executor (``dpspark.spark.resources``)::
 
     settings.json    what to build: the list of mechanism specs, λ list, index, embedding reference
     a_stack.npy      A = (λΣ + (1−λ)I)^½ for each λ of settings["lambdas"] (absent: no mechanism)
+    artefact-K.npy   the K-th of settings["artefacts"]: another public array a mechanism prepared on
+                     the driver (``Space.artefact``: a word grouping, a neighbour table), by name
     vocab_rows.npy   embedding rows of the output vocabulary (absent when they are the first
                      settings["vocab_prefix"] rows, as with the default vocabulary rule)
     vectors.npy      the embedding matrix, words.arrow its words: ONLY for user embeddings
@@ -59,13 +61,16 @@ class Resources:
     vocab_rows: np.ndarray
     a_by_lambda: dict[float, np.ndarray]
     index: NeighbourIndex | None
+    artefacts: dict[str, np.ndarray] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)  # objects built from these, cached with them
 
     def space(self) -> mechanisms.Space:
         """The mechanisms' Space over this bundle (built once, cached with it: its exact index and
         float64 vocabulary are built on first use and kept)."""
         if "space" not in self.derived:
-            self.derived["space"] = mechanisms.Space(self.vectors, self.vocab_rows, self.index, self.a_by_lambda)
+            self.derived["space"] = mechanisms.Space(
+                self.vectors, self.vocab_rows, self.index, self.a_by_lambda, self.artefacts, words=self.words
+            )
         return self.derived["space"]
 
     def mechanisms(self) -> list[mechanisms.WordMechanism]:
@@ -123,9 +128,11 @@ def save_bundle(
     a_by_lambda: dict[float, np.ndarray] | None = None,
     annoy_path: str | None = None,
     embeddings_dir: str | None = None,
+    artefacts: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """Write a bundle into ``directory`` (created). ``settings`` must be JSON-serialisable.
-    ``embeddings_dir``: the shared directory a user embedding is stored in instead of shipped."""
+    ``embeddings_dir``: the shared directory a user embedding is stored in instead of shipped.
+    ``artefacts``: the mechanisms' other public arrays, by name (``Space.artefact``)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     reference: dict[str, Any] = {"name": embeddings.name, "sha256": embeddings.sha256, "shipped": False}
@@ -148,9 +155,13 @@ def save_bundle(
         np.save(d / "a_stack.npy", np.stack([a_by_lambda[lam] for lam in lams]))
     if annoy_path is not None:
         shutil.copyfile(annoy_path, d / "index.ann")
+    names = sorted(artefacts or {})
+    for k, name in enumerate(names):
+        np.save(d / f"artefact-{k}.npy", np.asarray(artefacts[name]))
     meta = {
         **settings,
         "lambdas": lams,
+        "artefacts": names,
         "vocab_prefix": prefix,
         "embeddings": reference,
     }
@@ -232,7 +243,10 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
         index = AnnoyIndex(str(d / "index.ann"), vectors.shape[1], p["n_trees"], p["search_k"])
     elif settings.get("nn") == "exact":
         index = exact_index(vectors[rows])
-    return Resources(settings, vectors, words, rows, a_by, index)
+    artefacts = {
+        name: np.load(d / f"artefact-{k}.npy", mmap_mode="r") for k, name in enumerate(settings.get("artefacts", []))
+    }
+    return Resources(settings, vectors, words, rows, a_by, index, artefacts)
 
 
 def perturber_from(res: Resources) -> TextPerturber:

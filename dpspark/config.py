@@ -270,24 +270,27 @@ class ReleaseSettings(OutputSettings, SparkSettings):
             raise ValueError("choose one of output (a path) and output_table (a table)")
 
 
-def _mechanism_parameters() -> dict[str, tuple[str, str]]:
-    """Every registered mechanism's own parameters: field name → (alias, each owner's description)."""
-    found: dict[str, tuple[str, list[str]]] = {}
+def _mechanism_parameters() -> dict[str, tuple[str, Any, str]]:
+    """Every registered mechanism's own parameters: field name → (alias, type, each owner's description).
+    A name that two mechanisms share has one type (a registry error otherwise)."""
+    found: dict[str, tuple[str, Any, list[str]]] = {}
     for name, spec in mechanisms.REGISTRY.items():
         for field_name, f in spec.__fields__.items():
             if field_name in ("name", "epsilon") or name == "laplace":
                 continue
-            alias, texts = found.get(field_name, (f.alias, []))
-            found[field_name] = (alias, [*texts, f"{name}: {f.field_info.description or ''}"])
-    return {k: (alias, "; ".join(texts)) for k, (alias, texts) in found.items()}
+            alias, kind, texts = found.get(field_name, (f.alias, f.outer_type_, []))
+            if kind != f.outer_type_:
+                raise TypeError(f"parameter {field_name} of {name} is {f.outer_type_}, elsewhere {kind}: use one type")
+            found[field_name] = (alias, kind, [*texts, f"{name}: {f.field_info.description or ''}"])
+    return {k: (alias, kind, "; ".join(texts)) for k, (alias, kind, texts) in found.items()}
 
 
 MechanismParameters = create_model(
     "MechanismParameters",
     __base__=Settings,
     **{
-        name: (float | None, Field(default=None, alias=alias, description=text))
-        for name, (alias, text) in _mechanism_parameters().items()
+        name: (kind | None, Field(default=None, alias=alias, description=text))
+        for name, (alias, kind, text) in _mechanism_parameters().items()
     },
 )
 
@@ -305,7 +308,7 @@ class MechanismSettings(MechanismParameters):  # type: ignore[misc, valid-type]
         """The parameters given for the mechanism (by alias), None left out: the spec's defaults apply."""
         return {
             alias: getattr(self, name)
-            for name, (alias, _) in _mechanism_parameters().items()
+            for name, (alias, _, _) in _mechanism_parameters().items()
             if getattr(self, name, None) is not None
         }
 
@@ -395,22 +398,31 @@ class VectorsConfig(ReleaseSettings):
         return v
 
 
-def parse_grid(v: Any) -> dict[str, list[float]]:
-    """``lambda=0,1 t=0.5`` (or a YAML mapping) → {"lambda": [0.0, 1.0], "t": [0.5]}: each mechanism's own axes."""
+def _grid_value(x: Any) -> float | str:
+    """A grid value: a number where it reads as one, else the word (e.g. similarity=cosine)."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    text = str(x).strip()
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def parse_grid(v: Any) -> dict[str, list[float | str]]:
+    """``lambda=0,1 t=0.5`` (or a YAML mapping) → {"lambda": [0.0, 1.0], "t": [0.5]}: each mechanism's own
+    axes; values that are not numbers stay words (``similarity=cosine,euclidean``) for the mechanism to check."""
     if v is None or v == "" or v == []:
         return {}
     if isinstance(v, dict):
-        return {str(k): [float(x) for x in _comma_list(x)] for k, x in v.items()}
+        return {str(k): [_grid_value(x) for x in _comma_list(x)] for k, x in v.items()}
     parts = v.split() if isinstance(v, str) else [str(x) for x in v]
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[float | str]] = {}
     for part in parts:
         key, sep, values = part.partition("=")
         if not sep or not key or not values:
             raise ValueError(f"grid entries are NAME=V1,V2 (e.g. lambda=0,1 t=0.5), got {part!r}")
-        try:
-            out[key] = [float(x) for x in values.split(",") if x.strip()]
-        except ValueError:
-            raise ValueError(f"grid values of {key} must be numbers, got {values!r}") from None
+        out[key] = [_grid_value(x) for x in values.split(",") if x.strip()]
     return out
 
 
@@ -428,7 +440,7 @@ class GridSettings(Settings):
         description=f"mechanisms of the grid, comma-separated, from {', '.join(mechanisms.REGISTRY)} "
         "(default: the λ grid of laplace/mahalanobis)",
     )
-    grid: dict[str, list[float]] = Field(
+    grid: dict[str, list[float | str]] = Field(
         default_factory=dict,
         description="the mechanisms' own axes, e.g. 'lambda=0,1 t=0.25,0.5 beta=0.001' (each mechanism takes its own)",
     )

@@ -9,6 +9,7 @@ loads it once into its bounded cache, then builds its perturber with
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ class Grid:
     space: Space
     index: NeighbourIndex
     timings: dict[str, float] = field(default_factory=dict)
+    artefact_names: list[str] = field(default_factory=list)  # what the specs prepared (``MechanismSpec.prepare``)
 
     @property
     def annoy(self) -> AnnoyIndex | None:
@@ -59,7 +61,10 @@ class Grid:
         lams = sorted({lam for spec in self.specs for lam in spec.lambdas()})
         a_by = {lam: self.space.a(lam) for lam in lams}
         annoy = self.annoy.path if self.annoy else None
-        return save_bundle(directory, self.embeddings, settings, self.vocab_rows, a_by, annoy, embeddings_dir)
+        artefacts = self.space.artefacts(self.artefact_names)
+        return save_bundle(
+            directory, self.embeddings, settings, self.vocab_rows, a_by, annoy, embeddings_dir, artefacts
+        )
 
     def mechanisms(self) -> list[WordMechanism]:
         return [spec.build(self.space) for spec in self.specs]
@@ -108,12 +113,26 @@ def prepare_grid(
             emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k
         )
     timings["index_build_s"] = time.perf_counter() - t0
-    space = Space(emb.vectors, rows, index)
+    space = Space(emb.vectors, rows, index, cache_dir=cache_dir(config), words=emb.word_rows)
     t0 = time.perf_counter()
     for lam in sorted({lam for spec in specs for lam in noise_lambdas(spec)}):
         space.geometry(lam)  # Σ and A once, on the driver (also refuses a degenerate Σ before any Spark work)
     timings["covariance_s"] = time.perf_counter() - t0
-    return Grid(emb, rows, list(specs), space, index, timings)
+    t0 = time.perf_counter()
+    # The mechanisms' other public arrays, and their checks against this vocabulary, before any Spark work.
+    names = list(dict.fromkeys(name for spec in specs for name in spec.prepare(space)))
+    if names:
+        timings["mechanism_prepare_s"] = time.perf_counter() - t0
+    return Grid(emb, rows, list(specs), space, index, timings, names)
+
+
+def cache_dir(config: Any) -> Path:
+    """Where costly public arrays (``Space.artefact(..., store=True)``) are kept between runs: the shared
+    embeddings directory when the run names one, else $DPSPARK_CACHE_DIR or ~/.cache/dpspark."""
+    shared = getattr(config, "embeddings_dir", None)
+    if shared:
+        return Path(shared)
+    return Path(os.environ.get("DPSPARK_CACHE_DIR") or Path.home() / ".cache" / "dpspark")
 
 
 def noise_lambdas(spec: MechanismSpec) -> set[float]:

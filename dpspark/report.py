@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from dpspark.mechanisms.base import show
 from dpspark.stats import PERCENTILES, summarise
 
 SYMBOLS = {"lambda": "λ", "beta": "β", "gamma": "γ"}
@@ -19,13 +20,20 @@ def axis_names() -> list[str]:
     """The grid axes of every registered mechanism besides ε (``lambda`` first): one column each."""
     from dpspark.mechanisms import REGISTRY
 
-    names = {p for spec in REGISTRY.values() for p in spec.parameter_names()}
+    names = {p for spec in REGISTRY.values() for p in spec.axis_names()}
     return sorted(names, key=lambda n: (n != "lambda", n))
+
+
+def axis_column(values: list) -> pa.Array:
+    """One axis column: float64 for numbers (null where the axis is not the setting's), else string."""
+    if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+        return pa.array(values, pa.float64())
+    return pa.array([None if v is None else str(v) for v in values], pa.string())
 
 
 def series_label(mechanism: str, axes: dict[str, float | None]) -> str:
     """A setting without its ε, as tables and legends name it: ``laplace``, ``mahalanobis λ=0.5``."""
-    shown = [f"{SYMBOLS.get(k, k)}={v:g}" for k, v in axes.items() if v is not None]
+    shown = [f"{SYMBOLS.get(k, k)}={show(v)}" for k, v in axes.items() if v is not None]
     if mechanism == "laplace":
         shown = []
     return " ".join([mechanism, *shown])

@@ -19,14 +19,22 @@ Nothing here sees raw text: inputs are embedding rows, outputs vocabulary positi
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from functools import cached_property
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from dpspark import params
 from dpspark._pydantic import BaseModel, Field, validator
+
+log = logging.getLogger("dpspark")
 
 # The guarantee types of the field (mechanisms.md): ε of different types is not one scale.
 GUARANTEE_TYPES = {
@@ -40,6 +48,11 @@ GUARANTEE_TYPES = {
 DISTANCE_ENTRIES = 2**24
 
 
+def show(value: Any) -> str:
+    """An axis value as labels write it: numbers with ``:g``, words as they are."""
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 class Space:
     """The public inputs of every mechanism of one run (no text, no key).
 
@@ -49,6 +62,12 @@ class Space:
         index: the configured nearest-neighbour index over ``vectors[vocab_rows]`` (None: exact).
         a_by_lambda: the matrices A = (λΣ + (1−λ)I)^½ shipped in a bundle; on the driver they are
             computed from Σ on first use.
+        artefacts: the other public arrays the mechanisms prepared on the driver (``artefact``),
+            shipped in a bundle by name.
+        cache_dir: where ``artefact(..., store=True)`` keeps costly arrays between runs, content-addressed
+            (None: not kept).
+        words: the embedding's words (``dpspark.embeddings.WordRows``), for mechanisms whose public
+            inputs name words (a word list of SanText+, CusText+'s stop words); None where unknown.
     """
 
     def __init__(
@@ -57,12 +76,18 @@ class Space:
         vocab_rows: np.ndarray,
         index: Any = None,
         a_by_lambda: dict[float, np.ndarray] | None = None,
+        artefacts: dict[str, np.ndarray] | None = None,
+        cache_dir: str | Path | None = None,
+        words: Any = None,
     ) -> None:
         self.vectors = vectors
         self.vocab_rows = np.asarray(vocab_rows, dtype=np.int64)
         self._index = index
         self._a = dict(a_by_lambda or {})
         self._geometries: dict[float, Any] = {}
+        self._artefacts = dict(artefacts or {})
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        self.words = words
 
     @property
     def dim(self) -> int:
@@ -95,6 +120,14 @@ class Space:
     @cached_property
     def _norms2(self) -> np.ndarray:
         return np.einsum("ij,ij->i", self.vocab64, self.vocab64)
+
+    def word_positions(self, words: list[str]) -> np.ndarray:
+        """The positions in W of the given words that are in W (sorted, distinct)."""
+        if self.words is None:
+            raise ValueError("this space was built without the embedding's words")
+        rows = self.words.rows(list(words))
+        pos, found = self.positions(rows[rows >= 0])
+        return np.unique(pos[found])
 
     def positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position in W, whether the row is in W) of each embedding row."""
@@ -133,6 +166,42 @@ class Space:
         """d(w, u) for one embedding row w and the words at ``positions`` of W, computed directly in float64."""
         diff = self.vocab64[positions] - np.asarray(self.vectors[row], dtype=np.float64)
         return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+
+    def artefact(self, name: str, compute: Callable[[], np.ndarray], store: bool = False) -> np.ndarray:
+        """A public array a mechanism needs besides the embedding (a word grouping, a neighbour table),
+        by a name that its parameters determine: computed on the driver on first use (``compute``) and
+        shipped in the bundle, where executors find it.
+
+        ``store``: also keep it in ``cache_dir`` between runs, under the sha256 of the name and of
+        φ(W) (content-addressed: another vocabulary or embedding never finds it), written to a
+        temporary name and renamed, as the shared embedding store is.
+        """
+        if name in self._artefacts:
+            return self._artefacts[name]
+        path = None
+        if store and self.cache_dir is not None:
+            digest = hashlib.sha256(name.encode())
+            digest.update(np.ascontiguousarray(self.vectors[self.vocab_rows]).tobytes())
+            path = self.cache_dir / f"dpspark-artefact-{digest.hexdigest()}.npy"
+            if path.is_file():
+                self._artefacts[name] = np.load(path, mmap_mode="r")
+                return self._artefacts[name]
+        value = np.asarray(compute())
+        if path is not None:
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp.npy")
+            try:
+                self.cache_dir.mkdir(parents=True, exist_ok=True)
+                np.save(tmp, value)
+                os.replace(tmp, path)
+            except OSError as exc:  # a read-only cache only costs the next run the same work
+                log.warning("cannot keep %s in %s (%s): it will be computed again next run", name, self.cache_dir, exc)
+                tmp.unlink(missing_ok=True)
+        self._artefacts[name] = value
+        return value
+
+    def artefacts(self, names: list[str]) -> dict[str, np.ndarray]:
+        """The named arrays (already computed by ``artefact``), to ship in a bundle."""
+        return {n: self._artefacts[n] for n in names}
 
     def geometry(self, lam: float) -> Any:
         """Σ of W and A for λ (driver only: executors receive A in the bundle)."""
@@ -229,13 +298,25 @@ class MechanismSpec(BaseModel):
     def build(self, space: Space) -> WordMechanism:
         raise NotImplementedError
 
-    def axes(self) -> dict[str, float]:
-        """The mechanism's own grid axes besides ε (column name → value), e.g. {"lambda": 1.0}."""
+    def axes(self) -> dict[str, Any]:
+        """The mechanism's own grid axes besides ε (column name → value, a number or a word), e.g.
+        {"lambda": 1.0}: one column each in every table (``axis_names``)."""
         return {}
+
+    @classmethod
+    def axis_names(cls) -> list[str]:
+        """The columns ``axes`` may fill: the parameters by default."""
+        return cls.parameter_names()
 
     def lambdas(self) -> set[float]:
         """The λ whose matrix A the executors need (shipped in the bundle)."""
         return set()
+
+    def prepare(self, space: Space) -> list[str]:
+        """Driver-side: compute what executors need besides A (``Space.artefact``) and check the setting
+        against the space (a ConfigError for a setting this vocabulary cannot take); returns the names of
+        the artefacts to ship."""
+        return []
 
     def guarantee(self, space: Space) -> str:
         """The guarantee of one token in words, with this setting's numbers."""
@@ -247,7 +328,7 @@ class MechanismSpec(BaseModel):
 
     def label(self) -> str:
         """A short name of the setting for tables and plots, e.g. ``tem ε=5 beta=0.001``."""
-        extra = " ".join(f"{k}={v:g}" for k, v in self.axes().items())
+        extra = " ".join(f"{k}={show(v)}" for k, v in self.axes().items())
         return f"{self.name} ε={self.epsilon:g}" + (f" {extra}" if extra else "")
 
     def parameters(self) -> dict[str, Any]:

@@ -207,7 +207,7 @@ def per_word_table(specs: list, result: dict, words: Any, exact: list, word_rows
         "epsilon": pa.array([specs[k[0]].epsilon for k in keys], pa.float64()),
     }
     for axis in axes:
-        columns[axis] = pa.array([specs[k[0]].axes().get(axis) for k in keys], pa.float64())
+        columns[axis] = report.axis_column([specs[k[0]].axes().get(axis) for k in keys])
     columns.update(
         {
             "word": pa.array([words[k[1]] for k in keys], pa.string()),

@@ -507,7 +507,7 @@ def result_table(results: list[dict], model: str, axes: list[str], metrics: Sequ
             "mechanism": pa.array([r["mechanism"] for r in results], pa.string()),
             "setting": pa.array([r["setting"] for r in results], pa.string()),
             "epsilon": pa.array([r["epsilon"] for r in results], pa.float64()),
-            **{a: pa.array([r[a] for r in results], pa.float64()) for a in axes},
+            **{a: report.axis_column([r[a] for r in results]) for a in axes},
             "repeat": pa.array([r["repeat"] for r in results], pa.int32()),
             **{m: pa.array([r[m] for r in results], pa.float64()) for m in metrics},
         }
@@ -522,7 +522,7 @@ def summary_table(summary: list[dict], axes: list[str], metrics: Sequence[str]) 
         "mechanism": pa.array([s["mechanism"] for s in summary], pa.string()),
         "setting": pa.array([s["setting"] for s in summary], pa.string()),
         "epsilon": pa.array([s["epsilon"] for s in summary], pa.float64()),
-        **{a: pa.array([s[a] for s in summary], pa.float64()) for a in axes},
+        **{a: report.axis_column([s[a] for s in summary]) for a in axes},
         "repeats": pa.array([s["repeats"] for s in summary], pa.int64()),
     }
     for m in metrics:
