@@ -16,6 +16,7 @@ from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import GUARANTEE_TYPES, MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.noise import CHUNK, Laplace, Mahalanobis, NoiseMechanism, sample_noise, sample_radial
 from dpspark.mechanisms.santext import SanText
+from dpspark.mechanisms.santext_plus import SanTextPlus
 from dpspark.mechanisms.tem import TEM
 from dpspark.mechanisms.vickrey import Vickrey
 
@@ -25,6 +26,7 @@ REGISTRY: dict[str, type[MechanismSpec]] = {
     "vickrey": Vickrey,
     "tem": TEM,
     "santext": SanText,
+    "santext-plus": SanTextPlus,
 }
 
 __all__ = [

@@ -87,6 +87,26 @@ def santext_probabilities(space: Space, rows: np.ndarray, epsilon: float, coordi
     return out
 
 
+def santext_plus_probabilities(
+    space: Space, rows: np.ndarray, epsilon: float, protected: np.ndarray, p: float
+) -> np.ndarray:
+    """SanText+'s P(y | w) (n × V float64): ∝ exp(−ε·d(w, y)/2) over the protected positions only; a word
+    of W outside them is sampled so with probability p and kept otherwise (the authors' SanText_plus,
+    with rows and words attached correctly)."""
+    mask = np.zeros(space.size, dtype=bool)
+    mask[protected] = True
+    out = np.zeros((len(rows), space.size))
+    for start, block in _rows_in_blocks(space, rows):
+        d = space.distance_rows(block)[:, mask]
+        d -= d.min(axis=1, keepdims=True)
+        weights = np.exp(-0.5 * epsilon * d)
+        out[start : start + len(block), mask] = weights / weights.sum(axis=1, keepdims=True)
+    plain = np.flatnonzero(~mask[rows])  # W's positions are the embedding's rows in the suite
+    out[plain] *= p
+    out[plain, rows[plain]] += 1.0 - p
+    return out
+
+
 def sample_from_rows(space: Space, probabilities, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One draw per token from ``probabilities(distinct rows)`` by inverse CDF, one row per distinct word."""
     rows = np.asarray(rows, dtype=np.int64)
