@@ -17,6 +17,7 @@ from dpspark.mechanisms.base import GUARANTEE_TYPES, MechanismSpec, Space, WordM
 from dpspark.mechanisms.noise import CHUNK, Laplace, Mahalanobis, NoiseMechanism, sample_noise, sample_radial
 from dpspark.mechanisms.santext import SanText
 from dpspark.mechanisms.santext_plus import SanTextPlus
+from dpspark.mechanisms.syntf import SynTFWords
 from dpspark.mechanisms.tem import TEM
 from dpspark.mechanisms.vickrey import Vickrey
 
@@ -27,6 +28,7 @@ REGISTRY: dict[str, type[MechanismSpec]] = {
     "tem": TEM,
     "santext": SanText,
     "santext-plus": SanTextPlus,
+    "syntf-words": SynTFWords,
 }
 
 __all__ = [

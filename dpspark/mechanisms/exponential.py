@@ -98,6 +98,11 @@ class TruncatedExponential(WordMechanism):
 
     # ---- the closed form -------------------------------------------------------------------
 
+    def _scores(self, rows: np.ndarray) -> np.ndarray:
+        """−u(w, y) for every row w and y in W (n × V float64, consumed by ``_weights``): the distance
+        d(w, y) here; a subclass with another utility overrides it (the ball search assumes d)."""
+        return self.space.distance_rows(rows)
+
     def _weights(self, dist: np.ndarray) -> np.ndarray:
         """exp(−ε(min(d, γ) − c)/2) per row in place (c: each row's smallest score)."""
         if math.isfinite(self.gamma):
@@ -115,7 +120,7 @@ class TruncatedExponential(WordMechanism):
         out = np.empty((len(rows), self.space.size), dtype=np.float64)
         step = self.space.block
         for s in range(0, len(rows), step):
-            w = self._weights(self.space.distance_rows(rows[s : s + step]))
+            w = self._weights(self._scores(rows[s : s + step]))
             w /= w.sum(axis=1, keepdims=True)
             out[s : s + step] = w
         return out
@@ -154,9 +159,9 @@ class TruncatedExponential(WordMechanism):
                 block = block[large]
                 if not len(block):
                     continue
-                dist = self.space.distance_rows(distinct[block])
+                dist = self._scores(distinct[block])
             else:
-                dist = self.space.distance_rows(distinct[block])
+                dist = self._scores(distinct[block])
                 if truncated:
                     probe = np.count_nonzero(dist[:PROBE] <= self.gamma, axis=1) > limit
                     balls = 2 * np.count_nonzero(probe) <= len(probe)

@@ -107,6 +107,15 @@ def santext_plus_probabilities(
     return out
 
 
+def syntf_probabilities(space: Space, rows: np.ndarray, epsilon: float) -> np.ndarray:
+    """SynTF's word draw: P(y | w) ∝ exp(ε·max(0, cos(φ(w), φ(y)))/2) over W (n × V float64)."""
+    unit = space.vocab64 / np.linalg.norm(space.vocab64, axis=1, keepdims=True)
+    x = np.asarray(space.vectors[rows], dtype=np.float64)
+    rho = np.maximum((x / np.linalg.norm(x, axis=1, keepdims=True)) @ unit.T, 0.0)
+    weights = np.exp(0.5 * epsilon * (rho - 1.0))
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
 def sample_from_rows(space: Space, probabilities, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One draw per token from ``probabilities(distinct rows)`` by inverse CDF, one row per distinct word."""
     rows = np.asarray(rows, dtype=np.int64)

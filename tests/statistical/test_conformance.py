@@ -56,6 +56,7 @@ from peer_mistakes import (
     VickreyWithoutInput,
     santext_plus_probabilities,
     santext_probabilities,
+    syntf_probabilities,
     tem_probabilities,
 )
 from scipy import stats
@@ -135,6 +136,11 @@ def santext_plus_reference(space: Space, mechanism: WordMechanism, rows: np.ndar
     return santext_plus_probabilities(space, rows, spec.epsilon, np.arange(space.size - count, space.size), spec.p)
 
 
+def syntf_reference(space: Space, mechanism: WordMechanism, rows: np.ndarray) -> np.ndarray:
+    """Weggenmann and Kerschbaum's word draw: ∝ exp(ε·max(0, cos)/2) over W."""
+    return syntf_probabilities(space, rows, mechanism.epsilon)
+
+
 CASES: dict[str, Case] = {
     "laplace": Case(epsilons=(5.0, 10.0), noise_lambda=0.0),
     "mahalanobis": Case(epsilons=(5.0, 10.0), params={"lambda": 1.0}, noise_lambda=1.0),
@@ -162,6 +168,8 @@ CASES: dict[str, Case] = {
         # 90% protected, "cholesterol" (row 8,878) is sensitive and the rest are sampled with p = 0.5.
         extra=({"epsilon": 3.0, "p": 0.5, "sensitive_fraction": 0.9},),
     ),
+    # Pure ε-DP on a [0, 1] utility: words are kept only at large ε (P(w|w) 1–7% at ε = 20, 12–89% at 40).
+    "syntf-words": Case(epsilons=(20.0, 40.0), closed_form=True, reference=syntf_reference, self_epsilon=200.0),
 }
 
 
