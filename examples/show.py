@@ -12,9 +12,12 @@ def main(src: str, dst: str, n: int = 5) -> None:
     after = {r["id"]: r for r in pq.read_table(dst).to_pylist()}
     manifest = json.loads((Path(dst) / "_dpspark_manifest.json").read_text())
     print(f"\nPerturbed dataset written to {Path(dst).resolve()}")
+    setting = " ".join(f"{k}={v}" for k, v in manifest["mechanism_parameters"].items() if k != "name")
+    bound = manifest.get("euclidean_epsilon_bound")  # the noise family's Lemma 2 bound
+    bound = f" (Euclidean-equivalent epsilon <= {bound:.4g})" if bound is not None else ""
     print(
-        f"mechanism={manifest['mechanism']} epsilon={manifest['epsilon']} lambda={manifest['lambda']} "
-        f"(Euclidean-equivalent epsilon <= {manifest['euclidean_epsilon_bound']:.4g}); counts: {manifest['counts']}\n"
+        f"mechanism={manifest['mechanism']} {setting}{bound} [{manifest['guarantee_type']}]; "
+        f"counts: {manifest['counts']}\n"
     )
     shown = 0
     for row in before:
