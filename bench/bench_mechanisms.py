@@ -66,7 +66,16 @@ ROOT = HERE.parent
 PEERS_PY = HERE / ".peers-venv" / "bin" / "python"
 
 # (mechanism, ε): where each is neither trivial nor the identity on GloVe 50-d (mechanisms.md).
-SETTINGS = (("laplace", 10.0), ("vickrey", 10.0), ("tem", 5.0), ("tem", 10.0), ("santext", 1.0), ("santext", 3.0))
+SETTINGS = (
+    ("laplace", 10.0),
+    ("vickrey", 10.0),
+    ("tem", 5.0),
+    ("tem", 10.0),
+    ("santext", 1.0),
+    ("santext", 3.0),
+    ("santext-plus", 3.0),
+    ("syntf-words", 30.0),
+)
 PARAMETERS = {"vickrey": {"t": 0.5}, "tem": {"beta": 0.001}}
 CMP = ("laplace", 10.0)  # the reference: CMP's cost is one exact search per token at any ε
 # Peer implementations: (column, package, extra peers.py arguments, mechanisms it has).
@@ -75,7 +84,7 @@ PEERS = (
     ("mldp-text", "mldp-text", [], {"laplace", "vickrey", "tem"}),
     ("mldp exact", "mldp-text", ["--no-faiss"], {"laplace", "vickrey"}),
 )
-LABELS = {"laplace": "CMP", "vickrey": "vickrey", "tem": "tem", "santext": "santext"}
+LABELS = {"laplace": "CMP"}  # else the registry name
 ZIPF_WORDS = 50_000
 
 
@@ -225,7 +234,7 @@ def main() -> None:
             results[(name, eps, vocab, "dpspark")] = r
             runs = ", ".join(f"{x:,.0f}" for x in r["runs"])
             print(
-                f"  dpspark   {LABELS[name]:<8} ε={eps:<4g} {r['rate']:>10,.0f} tokens/s (runs {runs}); "
+                f"  dpspark   {LABELS.get(name, name):<12} ε={eps:<4g} {r['rate']:>10,.0f} tokens/s (runs {runs}); "
                 f"kept {r['kept']:.1%}",
                 flush=True,
             )
@@ -239,10 +248,10 @@ def main() -> None:
                 r = time_peer(package, extra, name, eps, vocab, tokens_file, a)
                 results[(name, eps, vocab, col)] = r
                 if "error" in r:
-                    print(f"  {col:<10} {LABELS[name]:<8} ε={eps:<4g} failed: {r['error']}", flush=True)
+                    print(f"  {col:<10} {LABELS.get(name, name):<12} ε={eps:<4g} failed: {r['error']}", flush=True)
                 else:
                     print(
-                        f"  {col:<10} {LABELS[name]:<8} ε={eps:<4g} {fmt_rate(r['rate']):>10} tokens/s on "
+                        f"  {col:<10} {LABELS.get(name, name):<12} ε={eps:<4g} {fmt_rate(r['rate']):>10} tokens/s on "
                         f"{r['tokens']:,} tokens; kept {r['kept']:.1%}  [{r['impl']}]",
                         flush=True,
                     )
@@ -259,7 +268,7 @@ def main() -> None:
             d = results[(name, eps, vocab, "dpspark")]
             cmp_rate = results[(*CMP, vocab, "dpspark")]["rate"]
             line = (
-                f"  {LABELS[name]:<9} {eps:>3g} {vocab:>8,} {d['tokens']:>8,} {d['rate']:>9,.0f} "
+                f"  {LABELS.get(name, name):<13} {eps:>3g} {vocab:>8,} {d['tokens']:>8,} {d['rate']:>9,.0f} "
                 f"{d['rate'] / cmp_rate:>5.2f}x"
             )
             for c in cols:
@@ -276,7 +285,7 @@ def main() -> None:
     print(head)
     for vocab in a.vocab:
         for name, eps in settings:
-            line = f"  {LABELS[name]:<9} {eps:>3g} {vocab:>8,} {results[(name, eps, vocab, 'dpspark')]['kept']:>8.1%}"
+            line = f"  {LABELS.get(name, name):<13} {eps:>3g} {vocab:>8,} {results[(name, eps, vocab, 'dpspark')]['kept']:>8.1%}"
             for c in cols:
                 p = results.get((name, eps, vocab, c))
                 cell = "-" if p is None else "failed" if "error" in p else f"{p['kept']:.1%} ({p['tokens']:,})"
