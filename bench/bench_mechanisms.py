@@ -285,7 +285,8 @@ def main() -> None:
     print(head)
     for vocab in a.vocab:
         for name, eps in settings:
-            line = f"  {LABELS.get(name, name):<13} {eps:>3g} {vocab:>8,} {results[(name, eps, vocab, 'dpspark')]['kept']:>8.1%}"
+            kept = results[(name, eps, vocab, "dpspark")]["kept"]
+            line = f"  {LABELS.get(name, name):<13} {eps:>3g} {vocab:>8,} {kept:>8.1%}"
             for c in cols:
                 p = results.get((name, eps, vocab, c))
                 cell = "-" if p is None else "failed" if "error" in p else f"{p['kept']:.1%} ({p['tokens']:,})"

@@ -31,12 +31,13 @@ dbutils.widgets.text("input", "", "Input Parquet (required)")
 dbutils.widgets.text("output", "", "Output Parquet (required)")
 dbutils.widgets.text("columns", "text", "Text columns (comma-separated)")
 dbutils.widgets.text("epsilon", "10", "ε")
-from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
+from dpspark.mechanisms import REGISTRY, parameters  # noqa: E402 - the mechanisms the library offers
 
 dbutils.widgets.dropdown("mechanism", "mahalanobis", list(REGISTRY), "Mechanism")
-dbutils.widgets.text("lambda", "", "λ (mahalanobis, vickrey; empty: 1 for mahalanobis, 0 otherwise)")
-dbutils.widgets.text("t", "", "t (vickrey; empty: 0.5)")
-dbutils.widgets.text("beta", "", "β (tem: bound on Pr[⊥]; empty: 0.001)")
+# One widget per parameter of any mechanism (λ of mahalanobis and vickrey, t, β, p, ...): empty keeps the
+# chosen mechanism's default; a parameter that is not the chosen mechanism's is refused by name.
+for _name, _owners in parameters().items():
+    dbutils.widgets.text(_name, "", f"{_name} ({', '.join(_owners)}; empty: default)")
 dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
 dbutils.widgets.dropdown("oov", "unk", ["unk", "random", "drop", "keep"], "Out-of-vocabulary tokens")
 dbutils.widgets.text("id_column", "id", "Row id column (for the before/after sample)")
@@ -66,7 +67,7 @@ settings = {
     "oov": dbutils.widgets.get("oov"),
     "mode": "overwrite",
 }
-for name in ("lambda", "t", "beta"):  # a mechanism's own parameters: left empty, its default applies
+for name in parameters():  # a mechanism's own parameters: left empty, its default applies
     if dbutils.widgets.get(name).strip():
         settings[name] = dbutils.widgets.get(name)
 config = dpspark.PerturbConfig.parse(settings)  # the CLI's validation: a bad value fails here, with its name

@@ -40,6 +40,7 @@ __all__ = [
     "Space",
     "WordMechanism",
     "names",
+    "parameters",
     "parse",
     "sample_noise",
     "sample_radial",
@@ -49,6 +50,16 @@ __all__ = [
 def names() -> list[str]:
     """The registered mechanisms, in registry order."""
     return list(REGISTRY)
+
+
+def parameters() -> dict[str, list[str]]:
+    """Every mechanism parameter (by alias, as flags and YAML name it) → the mechanisms that take it."""
+    out: dict[str, list[str]] = {}
+    for name, spec in REGISTRY.items():
+        for alias in spec.parameter_names():
+            if name != "laplace":  # Laplace's λ is fixed at 0
+                out.setdefault(alias, []).append(name)
+    return out
 
 
 def parse(values: dict[str, Any]) -> MechanismSpec:

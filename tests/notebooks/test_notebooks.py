@@ -68,6 +68,19 @@ def test_perturb_text_notebook(spark, tmp_path):
     assert entry["run_id"] == manifest["run_id"] and entry["partition"] is None and entry["epsilon"] == 10.0
 
 
+def test_perturb_text_notebook_takes_every_mechanisms_parameters(spark, tmp_path):
+    """One widget per parameter of the registry: SanText+'s p reaches the release and its manifest."""
+    out = tmp_path / "private"
+    widgets = {"input": str(REVIEWS), "output": str(out), "epsilon": "3", "mechanism": "santext-plus", "p": "0.5"}
+    run_notebook(NOTEBOOKS / "perturb_text.py", widgets, spark=spark)
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["mechanism"] == "santext-plus" and manifest["guarantee_type"] == "umldp"
+    assert manifest["mechanism_parameters"]["p"] == 0.5
+    assert any("verbatim with probability 1 - p = 0.5" in n for n in manifest["outside_guarantee"])
+    with pytest.raises(NotebookError, match="t: is not a parameter of santext-plus"):
+        run_notebook(NOTEBOOKS / "perturb_text.py", {**widgets, "t": "0.5"}, spark=spark)
+
+
 def test_perturb_text_notebook_rejects_bad_settings_by_name(spark, tmp_path):
     with pytest.raises(NotebookError, match=r"cell \d+ failed.*ConfigError.*epsilon") as info:
         run_notebook(
