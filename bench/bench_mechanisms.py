@@ -5,14 +5,21 @@ frequent words) for every implementation, side by side in one run:
 
 - dpspark's mechanisms through ``dpspark.mechanisms`` (``parse(...).build(Space)``, then
   ``sample``): laplace (CMP) at ε = 10, vickrey (t = 0.5) at ε = 10, tem (β = 0.001) at ε = 5
-  and 10, santext at ε = 1 and 3 (where each is neither trivial nor the identity), in this
-  process with one BLAS thread, the median of --repeats runs; the stream goes to ``sample``
-  in batches of --batch-tokens (one Arrow batch of the perturb job: 10,000 rows of ≈ 20 tokens);
+  and 10, santext at ε = 1 and 3, santext-plus at ε = 3, syntf-words at ε = 30, custext and
+  custext-plus (K = 20, cosine: their defaults) at ε = 8, truncated-gumbel at ε = 100 (it is
+  defined only above (5 + 2 ln V)/Δ0: 75.8 at 50,000 words, 84.3 at 400,000) - where each is
+  neither trivial nor the identity - in this process with one BLAS thread, the median of
+  --repeats runs; the stream goes to ``sample`` in batches of --batch-tokens (one Arrow batch of
+  the perturb job: 10,000 rows of ≈ 20 tokens); a mechanism not registered yet is skipped with a note;
 - pypantera 1.0.2 and mldp-text 0.1.2 where they have the mechanism, by bench/peers.py in
   bench/.peers-venv (`make bench-peers-venv`; skipped with a note if absent) on a prefix of the
-  same stream: each peer runs until --peer-seconds of perturbation are spent (they run at
+  same stream: each peer runs until --peer-seconds of perturbation are spent (most run at
   1–1,000 tokens/s), and the tokens it timed are printed. mldp-text runs with its default faiss
-  IVF index (approximate) and, for the noise mechanisms, also with its exact numpy search.
+  IVF index (approximate) and, for the noise mechanisms and Truncated Gumbel, also with its exact
+  numpy search. pypantera's CusText (K = 20, cosine) samples among each word's own K LEAST similar
+  words, and mldp-text's SynTF, shown in the syntf-words row, is another mechanism (WordNet
+  synonyms; it needs NLTK's WordNet corpus, so without it that cell reads "failed"): peers.py's
+  docstring says what each peer computes. Neither package has CusText+ or SanText+.
 
 The table gives tokens/s, dpspark's ratio to each peer (goal ≥ 100×) and to CMP on the same
 tokens (goal ≥ 1×: the sampling mechanisms build one row per distinct word of a batch, not per
@@ -75,14 +82,17 @@ SETTINGS = (
     ("santext", 3.0),
     ("santext-plus", 3.0),
     ("syntf-words", 30.0),
+    ("custext", 8.0),
+    ("custext-plus", 8.0),
+    ("truncated-gumbel", 100.0),
 )
 PARAMETERS = {"vickrey": {"t": 0.5}, "tem": {"beta": 0.001}}
 CMP = ("laplace", 10.0)  # the reference: CMP's cost is one exact search per token at any ε
 # Peer implementations: (column, package, extra peers.py arguments, mechanisms it has).
 PEERS = (
-    ("pypantera", "pypantera", [], {"laplace", "vickrey", "tem", "santext"}),
-    ("mldp-text", "mldp-text", [], {"laplace", "vickrey", "tem"}),
-    ("mldp exact", "mldp-text", ["--no-faiss"], {"laplace", "vickrey"}),
+    ("pypantera", "pypantera", [], {"laplace", "vickrey", "tem", "santext", "custext"}),
+    ("mldp-text", "mldp-text", [], {"laplace", "vickrey", "tem", "truncated-gumbel", "syntf-words"}),
+    ("mldp exact", "mldp-text", ["--no-faiss"], {"laplace", "vickrey", "truncated-gumbel"}),
 )
 LABELS = {"laplace": "CMP"}  # else the registry name
 ZIPF_WORDS = 50_000
@@ -234,7 +244,7 @@ def main() -> None:
             results[(name, eps, vocab, "dpspark")] = r
             runs = ", ".join(f"{x:,.0f}" for x in r["runs"])
             print(
-                f"  dpspark   {LABELS.get(name, name):<12} ε={eps:<4g} {r['rate']:>10,.0f} tokens/s (runs {runs}); "
+                f"  dpspark   {LABELS.get(name, name):<16} ε={eps:<4g} {r['rate']:>10,.0f} tokens/s (runs {runs}); "
                 f"kept {r['kept']:.1%}",
                 flush=True,
             )
@@ -248,10 +258,10 @@ def main() -> None:
                 r = time_peer(package, extra, name, eps, vocab, tokens_file, a)
                 results[(name, eps, vocab, col)] = r
                 if "error" in r:
-                    print(f"  {col:<10} {LABELS.get(name, name):<12} ε={eps:<4g} failed: {r['error']}", flush=True)
+                    print(f"  {col:<10} {LABELS.get(name, name):<16} ε={eps:<4g} failed: {r['error']}", flush=True)
                 else:
                     print(
-                        f"  {col:<10} {LABELS.get(name, name):<12} ε={eps:<4g} {fmt_rate(r['rate']):>10} tokens/s on "
+                        f"  {col:<10} {LABELS.get(name, name):<16} ε={eps:<4g} {fmt_rate(r['rate']):>10} tokens/s on "
                         f"{r['tokens']:,} tokens; kept {r['kept']:.1%}  [{r['impl']}]",
                         flush=True,
                     )
@@ -268,7 +278,7 @@ def main() -> None:
             d = results[(name, eps, vocab, "dpspark")]
             cmp_rate = results[(*CMP, vocab, "dpspark")]["rate"]
             line = (
-                f"  {LABELS.get(name, name):<13} {eps:>3g} {vocab:>8,} {d['tokens']:>8,} {d['rate']:>9,.0f} "
+                f"  {LABELS.get(name, name):<17} {eps:>3g} {vocab:>8,} {d['tokens']:>8,} {d['rate']:>9,.0f} "
                 f"{d['rate'] / cmp_rate:>5.2f}x"
             )
             for c in cols:
@@ -286,7 +296,7 @@ def main() -> None:
     for vocab in a.vocab:
         for name, eps in settings:
             kept = results[(name, eps, vocab, "dpspark")]["kept"]
-            line = f"  {LABELS.get(name, name):<13} {eps:>3g} {vocab:>8,} {kept:>8.1%}"
+            line = f"  {LABELS.get(name, name):<17} {eps:>3g} {vocab:>8,} {kept:>8.1%}"
             for c in cols:
                 p = results.get((name, eps, vocab, c))
                 cell = "-" if p is None else "failed" if "error" in p else f"{p['kept']:.1%} ({p['tokens']:,})"

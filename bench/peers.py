@@ -5,9 +5,12 @@ on GloVe 6B 50d restricted to the first --vocab-size words (frequency order).
 Runs in its own virtual environment (the peers pin numpy < 2): `make bench-peers-venv`.
 bench_perturb.py and bench_mechanisms.py call it; by hand (inside bench/.peers-venv):
   python bench/peers.py --package pypantera|mldp-text --tokens 500 --epsilon 10 --vocab-size 50000 \
-      [--mechanism laplace|mahalanobis|vickrey|tem|santext] [--lam 0.2] [--t 0.5] [--beta 0.001] \
+      [--mechanism laplace|mahalanobis|vickrey|tem|santext|custext|truncated-gumbel|syntf-words] \
+      [--lam 0.2] [--t 0.5] [--beta 0.001] [--k 20] [--distance cosine|euclidean] \
       [--tokens-file FILE] [--chunk 10] [--no-faiss]
-Prints one JSON line.
+Prints one JSON line. Where the mechanism cannot run here (mldp-text's SynTF without NLTK's WordNet
+corpus, a constructor that rejects the setting) it prints {"error": ...} instead, the same message
+on the last line of stderr, and exits with status 3 (bench_mechanisms.py shows it as "failed").
 
 What each package runs for each mechanism (the classes of pypantera 1.0.2 and mldp-text 0.1.2):
 
@@ -20,6 +23,51 @@ What each package runs for each mechanism (the classes of pypantera 1.0.2 and ml
   tem          src.SamplingPerturbationMechanism.tem.TEM   TEM (β = 0.001 fixed inside, γ rounded to 0.1; its ⊥ score
                ({beta})                                    uses ln(V/|L_w|) with V = len(vocab): passed the V words)
   santext      ...santext.SanText                          (none)
+  custext      src.SamplingPerturbationMechanism.custext.  (none)
+               CusText({k}, {distance}: K = 20, cosine by default, dpspark's defaults). NOT the paper's
+               mapping: custext.py:84/105 take an independent top-K set per input word (the authors'
+               non-default "aggressive" strategy) instead of the paper's disjoint groups sharing one
+               output set (the authors' default "conservative"), so two words of a "group" have different
+               supports and no finite ε bounds them; and in cosine mode custext.py:105 sorts the
+               similarities ascending (argsort() without the authors' [::-1]), so the K candidates are
+               the K LEAST similar words of V (the input itself, similarity 1, is never among them: it
+               is never kept), among which custext.py:109-113 favour the more similar by
+               exp(ε·u/2), u the min-max-normalised similarity. The euclidean mode (custext.py:84-92)
+               is the nearest K with u = -(normalised distance), as the authors' code.
+  custext-plus (none: neither package has CusText+)        (none)
+  santext-plus (none: neither package has SanText+)        (none)
+  truncated-   (none)                                      TruncatedGumbel(max_inter_dist, min_inter_dist):
+  gumbel                                                   k ~ Poisson(ln(V-1)) truncated to {0..V-1},
+               the k nearest words (the input among them), each distance plus a Gumbel(0, b) truncated to
+               [-Δ, Δ], the argmin (mechanisms.py:157-187; k = 0, probability ≈ 1/V a token, keeps the
+               word with --no-faiss and fails faiss's k > 0 assertion with it), α = (ε - 2(1 + ln V)/Δ0)/3
+               and b = 2Δ/min(W0(2αΔ), ln(αΔ0)) (mechanisms.py:133-138). No refusal below the threshold
+               (5 + 2 ln V)/Δ0: where αΔ0 ≤ 0 it takes the real part of W0 of a negative argument
+               (complex below -1/e); where 0 < αΔ0 ≤ 1 b is not positive, and this adapter reports an
+               error. Δ and Δ0 are estimated from ONE random word's distances to the others
+               (mechanisms.py:124-131), not over all pairs (GloVe 50-d, 50,000 words: Δ0 = 1.746 from
+               the word random.Random(0) picks, 0.351 over all pairs); that default path calls
+               random.sample on dict keys, a TypeError on Python ≥ 3.11, so this adapter computes the
+               same one-word estimate itself (random.Random(0)) and passes max_inter_dist and
+               min_inter_dist. With faiss (the default) the distances are faiss's SQUARED L2
+               (mechanisms.py:165-167) plus noise calibrated in Euclidean units; --no-faiss uses
+               Euclidean distances (mechanisms.py:169, utils.py:79-81)
+  syntf-words  (none)                                      SynTF(ε, data = the stream's texts): ANOTHER
+               mechanism than dpspark's syntf-words (the exponential mechanism over all of V with
+               utility max(0, cos)): it replaces a token by one of its WordNet synonyms (the lemma names
+               of wordnet.synsets(w), mechanisms.py:429-434: the input's base form among them, multi-word
+               names with "_", outputs outside the embedding's vocabulary); tokens outside the tf-idf
+               vocabulary of `data` are kept (mechanisms.py:437). A synonym's score is the INPUT word's
+               tf-idf when the synonym occurs in `data`, else 0 (mechanisms.py:425 reads
+               tfidf_matrix.loc[word], not loc[syn]), with tf-idf over ONE document, all texts joined
+               (mechanisms.py:408): the score ignores the candidate's similarity, and ε in
+               exp(ε·score/2) (mechanisms.py:442) only moves mass towards the synonyms that occur in
+               `data` (often just the input), the more so the more frequent the input; for a rare input
+               (tf-idf ≪ 1/ε) the draw is about uniform over its synonyms. The supports differ from
+               word to word, so no ε bounds it. Needs NLTK's WordNet corpus (nltk.download, whose host
+               is not reachable here): without it this adapter reports an error; NLTK_DATA=DIR with
+               DIR/corpora/wordnet supplies it (Debian's wordnet-base and wordnet-sense-index files
+               copied there, not linked, plus a `lexnames` file built from lexnames(5WN), serve)
 """
 
 import os
@@ -36,6 +84,8 @@ for _v in (
 
 import argparse  # noqa: E402 - after the thread settings
 import json  # noqa: E402
+import random  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -66,8 +116,42 @@ def write_glove_text(path, words, emb, header):
     os.replace(tmp, path)
 
 
-MECHANISMS = ("laplace", "mahalanobis", "vickrey", "tem", "santext")
-HAS = {"pypantera": set(MECHANISMS), "mldp-text": {"laplace", "mahalanobis", "vickrey", "tem"}}
+MECHANISMS = ("laplace", "mahalanobis", "vickrey", "tem", "santext", "custext", "truncated-gumbel", "syntf-words")
+HAS = {
+    "pypantera": {"laplace", "mahalanobis", "vickrey", "tem", "santext", "custext"},
+    "mldp-text": {"laplace", "mahalanobis", "vickrey", "tem", "truncated-gumbel", "syntf-words"},
+}
+
+
+def fail(a, message):
+    """The mechanism cannot run here: an error JSON (and the message on stderr's last line), exit status 3."""
+    print(json.dumps({"package": a.package, "kind": a.mechanism, "epsilon": a.epsilon, "error": message}))
+    print(f"peers.py: {a.package} {a.mechanism}: {message}", file=sys.stderr)
+    raise SystemExit(3)
+
+
+def one_word_diameters(vectors, seed=0):
+    """mldp-text's Δ and Δ0 estimate (mechanisms.py:124-131): the largest and smallest nonzero distance from
+    ONE random word to the others (its own code draws the word with random.sample on dict keys, which
+    Python >= 3.11 refuses)."""
+    start = random.Random(seed).randrange(len(vectors))
+    d2 = np.sum(np.square(vectors - vectors[start], dtype=np.float32), axis=1)
+    d = np.sqrt(d2[d2 != 0])
+    return float(d.max()), float(d.min())
+
+
+def wordnet_missing():
+    """None where NLTK finds its WordNet corpus, else why not (nltk.download cannot reach its host offline)."""
+    import nltk
+
+    try:
+        nltk.data.find("corpora/wordnet")
+    except LookupError:
+        return (
+            "mldp-text's SynTF needs NLTK's WordNet corpus (nltk.download('wordnet'), whose host is not "
+            "reachable here); NLTK_DATA=DIR with DIR/corpora/wordnet (or wordnet.zip) supplies it"
+        )
+    return None
 
 
 def token_list(n, vocab_size, words, tokens_file=None):
@@ -94,6 +178,10 @@ def main():
     ap.add_argument("--lam", type=float, default=0.2, help="Mahalanobis lambda")
     ap.add_argument("--t", type=float, default=0.5, help="Vickrey t")
     ap.add_argument("--beta", type=float, default=0.001, help="TEM beta (pypantera; mldp-text fixes 0.001)")
+    ap.add_argument("--k", type=int, default=20, help="CusText K, the candidates per word (pypantera; dpspark's 20)")
+    ap.add_argument(
+        "--distance", choices=["cosine", "euclidean"], default="cosine", help="CusText's similarity (pypantera)"
+    )
     ap.add_argument("--tokens-file", help="the token stream, one word a line (default: the fixed uniform draw)")
     ap.add_argument(
         "--chunk",
@@ -150,6 +238,11 @@ def main():
 
             mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon, "beta": a.beta})
             name = f"src.SamplingPerturbationMechanism.tem.TEM(beta={a.beta}).obfuscateText"
+        elif a.mechanism == "custext":
+            from src.SamplingPerturbationMechanism.custext import CusText as Mech
+
+            mech = Mech({"embPath": glove_txt, "epsilon": a.epsilon, "k": a.k, "distance": a.distance})
+            name = f"src.SamplingPerturbationMechanism.custext.CusText(k={a.k}, distance={a.distance}).obfuscateText"
         else:
             from src.SamplingPerturbationMechanism.santext import SanText as Mech
 
@@ -173,12 +266,35 @@ def main():
         secs = time.perf_counter() - t1
         vocab_loaded = len(mech.vocab.embeddings)
     else:
+        if a.mechanism == "syntf-words" and (why := wordnet_missing()):
+            fail(a, why)
         import mldp_text  # noqa: F401  (import triggers nltk.download('wordnet'); fails harmlessly offline)
         from mldp_text.utils import validate_and_load_embeddings
 
-        kv = validate_and_load_embeddings(w2v_txt, binary=False)  # gensim KeyedVectors
-        kw = dict(epsilon=a.epsilon, embedding_matrix=kv, dim=emb.shape[1], use_faiss=not a.no_faiss)
-        if a.mechanism == "laplace":
+        if a.mechanism == "syntf-words":
+            # No embedding: WordNet synonyms scored by the tf-idf of `data` (one document: all texts joined).
+            texts = [" ".join(tokens[i : i + a.chunk]) for i in range(0, len(tokens), a.chunk)]
+            try:
+                mech = mldp_text.SynTF(epsilon=a.epsilon, data=texts)
+            except LookupError as exc:  # WordNet found by nltk.data.find but unreadable
+                fail(a, f"WordNet: {' '.join(str(exc).split())[:300]}")
+            name = "mldp_text.SynTF(data = the stream's texts; WordNet synonyms, tf-idf scores).replace_word"
+            kv = mech.words  # its tf-idf vocabulary: vocab_loaded below
+        else:
+            kv = validate_and_load_embeddings(w2v_txt, binary=False)  # gensim KeyedVectors
+            kw = dict(epsilon=a.epsilon, embedding_matrix=kv, dim=emb.shape[1], use_faiss=not a.no_faiss)
+        if a.mechanism == "syntf-words":
+            pass  # built above
+        elif a.mechanism == "truncated-gumbel":
+            dmax, dmin = one_word_diameters(kv.vectors)
+            mech = mldp_text.TruncatedGumbel(vocab=set(words), max_inter_dist=dmax, min_inter_dist=dmin, **kw)
+            if not (np.isfinite(mech.b.real) and mech.b.real > 0):
+                fail(a, f"Gumbel scale b = {mech.b.real:.6g} (alpha = {mech.a:.6g}) is not a positive number")
+            name = (
+                f"mldp_text.TruncatedGumbel(max_inter_dist={dmax:.4g}, min_inter_dist={dmin:.4g}: one word's; "
+                f"b = {mech.b.real:.4g}).replace_word"
+            )
+        elif a.mechanism == "laplace":
             mech = mldp_text.MultivariateCalibrated(**kw)
             name = "mldp_text.MultivariateCalibrated.replace_word"
         elif a.mechanism == "mahalanobis":
@@ -192,7 +308,7 @@ def main():
             kw.pop("use_faiss")
             mech = mldp_text.TEM(vocab=set(words), **kw)
             name = "mldp_text.TEM(vocab=the V words).replace_word"
-        if a.mechanism != "tem":
+        if a.mechanism not in ("tem", "syntf-words"):
             name += " (faiss IVFFlat nlist=100 nprobe=50)" if not a.no_faiss else " (exact numpy NN)"
         setup_s = time.perf_counter() - t0
         result = []

@@ -13,8 +13,10 @@ The paper's mechanism releases a synthetic term-frequency vector per document: n
 word v from the document's term frequencies, then a word by the draw above; each drawn word is
 ε-DP against replacing the whole document and n draws compose to n·ε. This module is the token
 form only (one draw per token, the text's length and order kept), named apart so that neither is
-mistaken for the other. The MLDP benchmark's "SynTF" (WordNet synonyms scored by the input word's
-tf-idf, with scores that ignore ε) has no DP guarantee at all and is not reproduced.
+mistaken for the other. The MLDP benchmark's "SynTF" (mldp-text 0.1.2 ``SynTF``) draws among the
+input word's WordNet synonyms, scoring every synonym that occurs in the data with the *input* word's
+tf-idf and the others with 0: the candidate plays no part in its score and the supports differ from
+word to word, so no DP bound holds. It is not reproduced.
 
 The sampler is ``dpspark.mechanisms.exponential.TruncatedExponential``'s (one float64 row per
 distinct word of a batch, one uniform per token) with −ρ in place of the distance.
