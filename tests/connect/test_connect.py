@@ -137,7 +137,10 @@ print(json.dumps({{"same": first == second, "changed": sum(1 for k, t in raw.ite
 def test_privacy_stats_through_connect_equals_classic(connect_url, spark, tmp_path):
     """No SparkContext on Connect: the DataFrame twin of reduceByKey gives the same table for a seed, for
     a grid of every mechanism (the noise family and the exponential one, with its exact figures)."""
-    common = ["privacy-stats", "--epsilons", "2,10", "--mechanisms", ",".join(REGISTRY), "--grid", "lambda=1"]
+    # Every mechanism that takes ε ≤ 10 (Truncated Gumbel refuses ε below ≈ 57 on 2,000 words: its draws on the
+    # DataFrame path are tested against numpy in tests/spark/test_stats_job.py).
+    names = [n for n in REGISTRY if n != "truncated-gumbel"]
+    common = ["privacy-stats", "--epsilons", "2,10", "--mechanisms", ",".join(names), "--grid", "lambda=1"]
     common += ["--vocab-size", "2000", "--words", "30"]
     common += ["--runs", "12", "--seed", "3", "--quiet"]
     args = [*common, "--output", str(tmp_path / "connect"), "--remote", connect_url]
@@ -152,14 +155,14 @@ def test_privacy_stats_through_connect_equals_classic(connect_url, spark, tmp_pa
     # The draws are keyed: the Monte Carlo columns are equal to the bit. The exact E[Nw], E[Sw] are
     # float64 sums over a GEMM row, whose last bits follow the driver's BLAS threads: equal to 1e-12.
     exact = ["exact_nw", "exact_sw"]
-    assert connect.num_rows == 2 * len(REGISTRY) * 30
+    assert connect.num_rows == 2 * len(names) * 30
     assert connect.drop(exact).equals(classic.drop(exact))
     for column in exact:
         a, b = (np.array(t.column(column).to_pylist(), dtype=float) for t in (connect, classic))
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, equal_nan=True)
-    assert set(connect.column("mechanism").to_pylist()) == set(REGISTRY)
+    assert set(connect.column("mechanism").to_pylist()) == set(names)
     m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
-    assert m["status"] == "succeeded" and m["draws"] == 2 * len(REGISTRY) * 30 * 12
+    assert m["status"] == "succeeded" and m["draws"] == 2 * len(names) * 30 * 12
 
 
 def test_release_vectors_and_calibrate_through_connect(connect_url, tmp_path):

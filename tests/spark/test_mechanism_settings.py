@@ -55,3 +55,9 @@ def test_santext_plus_parameters_are_checked_by_name(spark, tmp_path, data, caps
     assert "p must be in (0, 1]" in err
     err = refused(tmp_path, data, capsys, "--mechanism", "santext-plus", "--epsilon", "3", "--t", "0.5")
     assert "t: is not a parameter of santext-plus" in err
+
+
+def test_truncated_gumbel_below_its_threshold_is_refused(spark, tmp_path, data, capsys):
+    """b > 0 only for ε > (5 + 2 ln V)/Δ0: 75.8 on the 50,000-word vocabulary (Δ0: monday–tuesday)."""
+    err = refused(tmp_path, data, capsys, "--mechanism", "truncated-gumbel", "--epsilon", "10")
+    assert "epsilon > (5 + 2 ln V)/Δ0 = 75.8183" in err and "use a larger epsilon" in err
