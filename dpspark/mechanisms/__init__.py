@@ -14,11 +14,13 @@ from typing import Any
 
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import GUARANTEE_TYPES, MechanismSpec, Space, WordMechanism
+from dpspark.mechanisms.custext import CusText, CusTextPlus
 from dpspark.mechanisms.noise import CHUNK, Laplace, Mahalanobis, NoiseMechanism, sample_noise, sample_radial
 from dpspark.mechanisms.santext import SanText
 from dpspark.mechanisms.santext_plus import SanTextPlus
 from dpspark.mechanisms.syntf import SynTFWords
 from dpspark.mechanisms.tem import TEM
+from dpspark.mechanisms.truncated_gumbel import TruncatedGumbel
 from dpspark.mechanisms.vickrey import Vickrey
 
 REGISTRY: dict[str, type[MechanismSpec]] = {
@@ -28,7 +30,10 @@ REGISTRY: dict[str, type[MechanismSpec]] = {
     "tem": TEM,
     "santext": SanText,
     "santext-plus": SanTextPlus,
+    "custext": CusText,
+    "custext-plus": CusTextPlus,
     "syntf-words": SynTFWords,
+    "truncated-gumbel": TruncatedGumbel,
 }
 
 __all__ = [

@@ -17,10 +17,19 @@ registered in ``dpspark.mechanisms.REGISTRY``.
   finite ε holds; it has no closed form, so the checks that catch it work on draws.
 - ``PypanteraTem``: TEM whose ⊥ returns the input word (pypantera 1.0.2), claiming the paper's
   closed form: the χ² test catches it where the ⊥ bucket is large (β = 0.2).
+- ``PypanteraCusText``: CusText with an independent top-K output set per word (pypantera 1.0.2), no
+  shared groups, while claiming the paper's groups: the group audit catches it (an output possible
+  from one word of a group and impossible from another). With ``ascending`` (pypantera's cosine
+  mode) it samples among the K least similar words: the χ² test against the paper's closed form
+  catches it.
+- ``MldpTruncatedGumbel``: the Truncated Gumbel mechanism run below its threshold
+  ε > (5 + 2 ln V)/Δ0 (the MLDP benchmark's ε = 1, 5, 10) with b from the real part of the complex
+  Lambert W: b barely moves with ε, so neither do the draws. The registered mechanism refuses such ε.
 
-The paper's closed forms (``tem_probabilities``, ``santext_probabilities``) sit beside the
-mistaken ones: the suite also uses them as independent references for the registered TEM and
-SanText.
+The paper's closed forms (``tem_probabilities``, ``santext_probabilities``,
+``custext_probabilities`` with the sequential mapping ``custext_groups``) sit beside the mistaken
+ones: the suite also uses them as independent references for the registered TEM, SanText and
+CusText.
 """
 
 from __future__ import annotations
@@ -28,8 +37,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+from scipy import special
 
 from dpspark.mechanisms import Space, WordMechanism, sample_noise
+from dpspark.mechanisms.truncated_gumbel import TruncatedGumbelSampler
 
 
 def _rows_in_blocks(space: Space, rows: np.ndarray):
@@ -225,3 +236,146 @@ class PypanteraTem(PaperTem):
         far = np.linalg.norm(self.space.vocab64[out] - self.space.vectors[rows].astype(np.float64), axis=1)
         pos, _ = self.space.positions(rows)
         return np.where(far > self.gamma, pos, out)
+
+
+# ---- CusText (Chen et al., Findings of ACL 2023) --------------------------------------------
+
+_CUSTEXT_GROUPS: dict[tuple, tuple[list[np.ndarray], np.ndarray]] = {}
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _custext_scores(space: Space, x: np.ndarray, positions: np.ndarray, similarity: str) -> np.ndarray:
+    """s(x, y) for one vector x and the words of W at ``positions``: the cosine, or minus the Euclidean distance."""
+    y = space.vocab64[positions]
+    if similarity == "cosine":
+        return (_unit(y) * _unit(x)).sum(axis=1)
+    return -np.linalg.norm(y - x, axis=1)
+
+
+def custext_groups(
+    space: Space, top_k: int, similarity: str, stop: tuple[int, ...] = ()
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Chen et al.'s mapping, one seed at a time (slow, plain): (the groups as W positions, each position's
+    group). Walk W in the embedding's row order (most frequent first) without the ``stop`` positions; the
+    first word not yet assigned takes its ``top_k`` most similar words among those not yet assigned (itself
+    included; ties to the more frequent word), and all of them share that set. Each stop word is a group of
+    its own (CusText+). Cached per space and setting."""
+    key = (id(space), top_k, similarity, tuple(stop))
+    if key not in _CUSTEXT_GROUPS:
+        order = np.argsort(space.vocab_rows, kind="stable")
+        rank = np.empty(space.size, dtype=np.int64)
+        rank[order] = np.arange(space.size)
+        free = np.ones(space.size, dtype=bool)
+        free[list(stop)] = False
+        groups = []
+        while free.any():
+            alive = order[free[order]]
+            s = _custext_scores(space, space.vocab64[alive[0]], alive, similarity)
+            if len(alive) > top_k:  # the top_k largest (and any ties at the top_k-th), then sorted
+                near = s >= np.sort(s)[len(alive) - top_k]
+                alive, s = alive[near], s[near]
+            group = alive[np.lexsort((rank[alive], -s))[:top_k]]
+            groups.append(group)
+            free[group] = False
+        groups += [np.array([p]) for p in stop]
+        owner = np.full(space.size, -1, dtype=np.int64)
+        for g, group in enumerate(groups):
+            owner[group] = g
+        _CUSTEXT_GROUPS[key] = (groups, owner)
+    return _CUSTEXT_GROUPS[key]
+
+
+def custext_weights(space: Space, x: np.ndarray, outputs: np.ndarray, epsilon: float, similarity: str) -> np.ndarray:
+    """Pr[y | x] ∝ exp(ε·u(x, y)/2) over y in ``outputs``, u = (s − min s)/(max s − min s) (1 when max = min)."""
+    s = _custext_scores(space, x, outputs, similarity)
+    span = s.max() - s.min()
+    u = (s - s.min()) / span if span > 0 else np.ones(len(s))
+    w = np.exp(0.5 * epsilon * u)
+    return w / w.sum()
+
+
+def custext_probabilities(
+    space: Space, rows: np.ndarray, epsilon: float, top_k: int, similarity: str, stop: tuple[int, ...] = ()
+) -> np.ndarray:
+    """CusText's P(y | w) (n × V float64) for words of W: the exponential mechanism over w's group."""
+    groups, owner = custext_groups(space, top_k, similarity, stop)
+    pos, found = space.positions(rows)
+    assert found.all(), "the reference covers words of W only"
+    out = np.zeros((len(rows), space.size))
+    for i, p in enumerate(pos):
+        group = groups[owner[p]]
+        out[i, group] = custext_weights(space, space.vocab64[p], group, epsilon, similarity)
+    return out
+
+
+class PaperCusText(WordMechanism):
+    """Chen et al.'s CusText by the reference above (closed form, inverse-CDF draws): each word's outputs are
+    its group. ``group_of`` gives the paper's groups, which the suite's group audit reads."""
+
+    def __init__(self, space: Space, epsilon: float, top_k: int = 20, similarity: str = "cosine") -> None:
+        spec = SimpleNamespace(name="custext", epsilon=float(epsilon), guarantee_type="group")
+        super().__init__(space, spec)
+        self.top_k, self.similarity = int(top_k), similarity
+        self.groups, self.owner = custext_groups(space, self.top_k, similarity)
+
+    def group_of(self, rows: np.ndarray) -> np.ndarray:
+        pos, _ = self.space.positions(rows)
+        return self.owner[pos]
+
+    def outputs(self, position: int) -> np.ndarray:
+        """The output set of the word at ``position`` of W."""
+        return self.groups[self.owner[position]]
+
+    def distribution(self, rows: np.ndarray) -> np.ndarray:
+        pos, _ = self.space.positions(rows)
+        out = np.zeros((len(rows), self.space.size))
+        for i, p in enumerate(pos):
+            y = self.outputs(p)
+            out[i, y] = custext_weights(self.space, self.space.vocab64[p], y, self.epsilon, self.similarity)
+        return out
+
+    def sample(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return sample_from_rows(self.space, self.distribution, rows, rng)
+
+
+class PypanteraCusText(PaperCusText):
+    """pypantera 1.0.2's CusText: each word's outputs are its **own** K most similar words of W (no shared
+    groups), or with ``ascending`` (its cosine mode) its K **least** similar; the weights exp(ε·u/2) as the
+    paper's. ``group_of`` still claims the paper's groups: two words of one group have different output sets,
+    so some y has P(y | x) > 0 = P(y | x′) and no finite ε holds within the group."""
+
+    def __init__(
+        self, space: Space, epsilon: float, top_k: int = 20, similarity: str = "cosine", ascending: bool = False
+    ) -> None:
+        super().__init__(space, epsilon, top_k, similarity)
+        self.ascending = ascending
+
+    def outputs(self, position: int) -> np.ndarray:
+        everyone = np.arange(self.space.size)
+        s = _custext_scores(self.space, self.space.vocab64[position], everyone, self.similarity)
+        order = np.argsort(s if self.ascending else -s, kind="stable")
+        return np.sort(order[: self.top_k])
+
+
+def mldp_gumbel_scale(epsilon: float, size: int, delta: float, delta0: float) -> float:
+    """The MLDP benchmark's b at any ε: 2Δ / min(Re W₀(2αΔ), ln(αΔ0)), α = (ε − 2(1 + ln V)/Δ0)/3.
+
+    Below the threshold α < 0: 2αΔ < −1/e, where W₀ is complex, and its real part is taken; ln(αΔ0)
+    of a negative number is NaN (numpy), which Python's ``min`` drops (NaN < x is false). mechanisms.md
+    records the real part; the NaN falling out of ``min`` is this fixture's reading of it."""
+    alpha = (epsilon - 2.0 * (1.0 + np.log(size)) / delta0) / 3.0
+    with np.errstate(invalid="ignore"):
+        log_term = float(np.log(alpha * delta0))
+    return 2.0 * delta / min(float(special.lambertw(2.0 * alpha * delta, 0).real), log_term)
+
+
+class MldpTruncatedGumbel(TruncatedGumbelSampler):
+    """The Truncated Gumbel sampler with the MLDP benchmark's b (``mldp_gumbel_scale``), at an ε below the
+    threshold that the registered mechanism refuses. ``delta``, ``delta0``: Δ and Δ0 of W."""
+
+    def __init__(self, space: Space, epsilon: float, delta: float, delta0: float) -> None:
+        spec = SimpleNamespace(name="mldp-truncated-gumbel", epsilon=float(epsilon))
+        super().__init__(space, spec, mldp_gumbel_scale(epsilon, space.size, delta, delta0), delta)
