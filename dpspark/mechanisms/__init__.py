@@ -15,6 +15,7 @@ from typing import Any
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import GUARANTEE_TYPES, MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.custext import CusText, CusTextPlus
+from dpspark.mechanisms.diffractor import Diffractor
 from dpspark.mechanisms.noise import CHUNK, Laplace, Mahalanobis, NoiseMechanism, sample_noise, sample_radial
 from dpspark.mechanisms.santext import SanText
 from dpspark.mechanisms.santext_plus import SanTextPlus
@@ -33,6 +34,7 @@ REGISTRY: dict[str, type[MechanismSpec]] = {
     "custext": CusText,
     "custext-plus": CusTextPlus,
     "syntf-words": SynTFWords,
+    "1-diffractor": Diffractor,
     "truncated-gumbel": TruncatedGumbel,
 }
 

@@ -42,6 +42,7 @@ GUARANTEE_TYPES = {
     "umldp": "utility-optimized metric DP: the metric bound plus ln(1/p), for outputs in the protected set only",
     "group": "ε-DP between words of the same output group; words of different groups are distinguishable",
     "pure": "pure ε-DP per token: exp(ε) for every pair of words",
+    "rank": "metric DP in list positions: exp(ε·|i(x) − i(x')|), i a word's position in a public 1-D list of W",
 }
 
 # Distance rows (words × V float64) are computed in blocks of at most this many entries (128 MB).
@@ -265,6 +266,16 @@ class WordMechanism(ABC):
     def distribution(self, rows: np.ndarray) -> np.ndarray | None:
         """The exact P(u | w) for each row (n × V float64, rows sum to 1), or None without a closed form."""
         return None
+
+    def log_distribution(self, rows: np.ndarray) -> np.ndarray | None:
+        """ln P(u | w) (n × V float64; −inf where impossible), or None without a closed form. A mechanism
+        whose probabilities underflow float64 while positive (1-Diffractor's far list positions)
+        computes it directly."""
+        p = self.distribution(rows)
+        if p is None:
+            return None
+        with np.errstate(divide="ignore"):
+            return np.log(p)
 
 
 class MechanismSpec(BaseModel):

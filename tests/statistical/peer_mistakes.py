@@ -127,6 +127,21 @@ def syntf_probabilities(space: Space, rows: np.ndarray, epsilon: float) -> np.nd
     return weights / weights.sum(axis=1, keepdims=True)
 
 
+def clipped_geometric_probabilities(order: np.ndarray, index: np.ndarray, epsilon: float) -> np.ndarray:
+    """1-Diffractor's P(y | w) over W (n × V float64) for words at list positions ``index`` of the list
+    ``order`` (positions of W): the two-sided geometric α^{|k|}(1 − α)/(1 + α), α = e^{−ε}, on the list
+    index, clipped to its ends (summed there by brute force over k, not by the closed-form tails)."""
+    size = len(order)
+    alpha = np.exp(-epsilon)
+    k = np.arange(-2 * size, 2 * size + 1)
+    law = (1 - alpha) / (1 + alpha) * alpha ** np.abs(k)
+    out = np.zeros((len(index), size))
+    for n, i in enumerate(index):
+        by_index = np.bincount(np.clip(i + k, 0, size - 1), weights=law, minlength=size)
+        out[n, order] = by_index
+    return out
+
+
 def sample_from_rows(space: Space, probabilities, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One draw per token from ``probabilities(distinct rows)`` by inverse CDF, one row per distinct word."""
     rows = np.asarray(rows, dtype=np.int64)

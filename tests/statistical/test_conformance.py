@@ -60,6 +60,7 @@ from peer_mistakes import (
     PypanteraTem,
     ThreeCoordinateSanText,
     VickreyWithoutInput,
+    clipped_geometric_probabilities,
     custext_probabilities,
     mldp_gumbel_scale,
     santext_plus_probabilities,
@@ -168,6 +169,13 @@ def custext_plus_reference(space: Space, mechanism: WordMechanism, rows: np.ndar
     return custext_probabilities(space, rows, spec.epsilon, spec.top_k, spec.similarity, stop)
 
 
+def diffractor_reference(space: Space, mechanism: WordMechanism, rows: np.ndarray) -> np.ndarray:
+    """Meisenbacher et al.'s clipped two-sided geometric on the word's list index (the list itself is
+    checked against a brute-force chain in tests/unit/test_diffractor.py)."""
+    rank = np.argsort(mechanism.order)
+    return clipped_geometric_probabilities(mechanism.order, rank[rows], mechanism.epsilon)
+
+
 CASES: dict[str, Case] = {
     "laplace": Case(epsilons=(5.0, 10.0), noise_lambda=0.0),
     "mahalanobis": Case(epsilons=(5.0, 10.0), params={"lambda": 1.0}, noise_lambda=1.0),
@@ -216,6 +224,8 @@ CASES: dict[str, Case] = {
     # No closed form: its law by quadrature (test_truncated_gumbel_chi2_against_the_quadrature_law). Defined only
     # for ε > (5 + 2 ln V)/Δ0 = 75.8 over this W; P(w|w) 13–19% at ε = 80 and 120 (b = 106 and 23).
     "truncated-gumbel": Case(epsilons=(80.0, 120.0), self_epsilon=120.0),
+    # ε per unit of list index: the word is kept with probability (1 − α)/(1 + α), 24% at ε = 0.5, 46% at 1.
+    "1-diffractor": Case(epsilons=(0.5, 1.0), closed_form=True, reference=diffractor_reference, self_epsilon=5.0),
 }
 
 
@@ -395,8 +405,7 @@ def privacy_gaps(mechanism: WordMechanism, pairs: np.ndarray, outputs: np.ndarra
     for start in range(0, len(pairs), 100):
         part = pairs[start : start + 100]
         distinct, inverse = np.unique(part, return_inverse=True)
-        with np.errstate(divide="ignore"):
-            logp = np.log(mechanism.distribution(distinct))
+        logp = mechanism.log_distribution(distinct)
         if outputs is not None:
             logp = logp[:, outputs]
         inverse = inverse.reshape(part.shape)
@@ -419,7 +428,8 @@ def loss_bounds(mechanism: WordMechanism, pairs: np.ndarray, distances: np.ndarr
     - metric: ε·d(x, x′), every output;
     - pure: ε, every output;
     - group: ε for x, x′ of the same output group (``group_of``), nothing across groups;
-    - umldp: ε·d(x, x′) + ln(1/p), on the protected outputs only (``mask``, ``p``).
+    - umldp: ε·d(x, x′) + ln(1/p), on the protected outputs only (``mask``, ``p``);
+    - rank: ε·|i(x) − i(x′)|, i the position in the mechanism's public list (``rank_of``).
     """
     kind, epsilon = mechanism.spec.guarantee_type, mechanism.epsilon
     if kind == "metric":
@@ -431,6 +441,9 @@ def loss_bounds(mechanism: WordMechanism, pairs: np.ndarray, distances: np.ndarr
         return np.where(groups[:, 0] == groups[:, 1], epsilon, np.inf), None
     if kind == "umldp":
         return epsilon * distances + np.log(1.0 / mechanism.p), mechanism.mask
+    if kind == "rank":
+        ranks = mechanism.rank_of(pairs.ravel()).reshape(pairs.shape)
+        return epsilon * np.abs(ranks[:, 0] - ranks[:, 1]).astype(np.float64), None
     raise AssertionError(f"no audit for the guarantee type {kind!r}")
 
 
