@@ -83,11 +83,28 @@ def perturb_text(
     columns: list[str] | str,
     epsilon: float,
     *,
-    mechanism: Literal["mahalanobis", "laplace", "vickrey", "tem", "santext"] = "mahalanobis",
+    mechanism: Literal[
+        "mahalanobis",
+        "laplace",
+        "vickrey",
+        "tem",
+        "santext",
+        "santext-plus",
+        "custext",
+        "custext-plus",
+        "syntf-words",
+        "1-diffractor",
+        "truncated-gumbel",
+    ] = "mahalanobis",
     lam: float | None = None,
     t: float | None = None,
     beta: float | None = None,
     gamma: float | None = None,
+    p: float | None = None,
+    sensitive_fraction: float | None = None,
+    sensitive_words: str | None = None,
+    top_k: int | None = None,
+    similarity: Literal["cosine", "euclidean"] | None = None,
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
     vocab_from_corpus: bool = False,
@@ -118,13 +135,22 @@ def perturb_text(
         df: the input DataFrame (bounded: a stream is refused).
         columns: the text column(s) to rewrite (a list, or one comma-separated string).
         epsilon: the privacy parameter ε (required: no default).
-        mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"`` or
-            ``"santext"`` (``dpspark.mechanisms.REGISTRY``).
+        mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"``, ``"santext"``,
+            ``"santext-plus"``, ``"custext"``, ``"custext-plus"``, ``"syntf-words"``, ``"1-diffractor"``
+            or ``"truncated-gumbel"`` (``dpspark.mechanisms.REGISTRY``; their guarantees differ).
         lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1) and Vickrey's noise (None: 0);
             Laplace is λ = 0.
         t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
         beta: TEM's bound on Pr[⊥] in (0, 1) (None: 0.001), which sets γ.
         gamma: TEM's threshold γ > 0 instead of ``beta``.
+        p: SanText+'s probability in (0, 1] that a non-sensitive word is sampled (None: 0.2); it is
+            released verbatim otherwise.
+        sensitive_fraction: SanText+'s protected share of the vocabulary, least frequent first in
+            the embedding's own order (None: 0.5).
+        sensitive_words: SanText+'s protected words, a file with one per line (instead of
+            ``sensitive_fraction``).
+        top_k: CusText's and CusText+'s group size K ≥ 2 (None: 20).
+        similarity: CusText's similarity, ``"cosine"`` (None: the default) or ``"euclidean"``.
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
         vocab_from_corpus: derive the vocabulary from the input (publishes its frequent
@@ -175,11 +201,28 @@ def release(
     input: str | None = None,  # noqa: A002 - the setting's name everywhere else (--input, YAML)
     input_table: str | None = None,
     partitions: int | None = None,
-    mechanism: Literal["mahalanobis", "laplace", "vickrey", "tem", "santext"] = "mahalanobis",
+    mechanism: Literal[
+        "mahalanobis",
+        "laplace",
+        "vickrey",
+        "tem",
+        "santext",
+        "santext-plus",
+        "custext",
+        "custext-plus",
+        "syntf-words",
+        "1-diffractor",
+        "truncated-gumbel",
+    ] = "mahalanobis",
     lam: float | None = None,
     t: float | None = None,
     beta: float | None = None,
     gamma: float | None = None,
+    p: float | None = None,
+    sensitive_fraction: float | None = None,
+    sensitive_words: str | None = None,
+    top_k: int | None = None,
+    similarity: Literal["cosine", "euclidean"] | None = None,
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
     vocab_from_corpus: bool = False,
@@ -224,13 +267,22 @@ def release(
             must stay clear of it).
         input_table: an input table (``catalog.schema.table``), read instead of ``df``.
         partitions: tasks to read the input with (smaller read splits).
-        mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"`` or
-            ``"santext"`` (``dpspark.mechanisms.REGISTRY``).
+        mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"``, ``"santext"``,
+            ``"santext-plus"``, ``"custext"``, ``"custext-plus"``, ``"syntf-words"``, ``"1-diffractor"``
+            or ``"truncated-gumbel"`` (``dpspark.mechanisms.REGISTRY``; their guarantees differ).
         lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1) and Vickrey's noise (None: 0);
             Laplace is λ = 0.
         t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
         beta: TEM's bound on Pr[⊥] in (0, 1) (None: 0.001), which sets γ.
         gamma: TEM's threshold γ > 0 instead of ``beta``.
+        p: SanText+'s probability in (0, 1] that a non-sensitive word is sampled (None: 0.2); it is
+            released verbatim otherwise.
+        sensitive_fraction: SanText+'s protected share of the vocabulary, least frequent first in
+            the embedding's own order (None: 0.5).
+        sensitive_words: SanText+'s protected words, a file with one per line (instead of
+            ``sensitive_fraction``).
+        top_k: CusText's and CusText+'s group size K ≥ 2 (None: 20).
+        similarity: CusText's similarity, ``"cosine"`` (None: the default) or ``"euclidean"``.
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
         vocab_from_corpus: derive the vocabulary from the input (publishes its frequent

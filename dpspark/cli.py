@@ -380,8 +380,10 @@ def _cmd_perturb(c: Any) -> int:
     if c.quiet:
         _print(_released("perturb", c, m))
         return 0
-    keys = ("status", "output", "partition", "mechanism", "epsilon", "lambda", "euclidean_epsilon_bound", "layout")
-    summary = {k: m[k] for k in keys}
+    keys = ("status", "output", "partition", "mechanism", "epsilon", "lambda", "euclidean_epsilon_bound")
+    summary = {k: m[k] for k in keys if k in m}  # lambda and the Euclidean bound: the noise family's
+    summary.update(mechanism_parameters=m["mechanism_parameters"], guarantee_type=m["guarantee_type"])
+    summary["layout"] = m["layout"]
     summary["recall_at_1"] = m["nearest_neighbour"]["recall_at_1"]
     summary.update(counts=m["counts"], ledger=m["ledger"], timings=m["timings"])
     _print(summary)

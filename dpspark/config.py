@@ -278,11 +278,15 @@ def _mechanism_parameters() -> dict[str, tuple[str, Any, str]]:
         for field_name, f in spec.__fields__.items():
             if field_name in ("name", "epsilon") or name == "laplace":
                 continue
-            alias, kind, texts = found.get(field_name, (f.alias, f.outer_type_, []))
+            alias, kind, texts = found.get(field_name, (f.alias, f.outer_type_, {}))
             if kind != f.outer_type_:
                 raise TypeError(f"parameter {field_name} of {name} is {f.outer_type_}, elsewhere {kind}: use one type")
-            found[field_name] = (alias, kind, [*texts, f"{name}: {f.field_info.description or ''}"])
-    return {k: (alias, kind, "; ".join(texts)) for k, (alias, kind, texts) in found.items()}
+            texts.setdefault(f.field_info.description or "", []).append(name)  # one text, its owners
+            found[field_name] = (alias, kind, texts)
+    return {
+        k: (alias, kind, "; ".join(f"{', '.join(owners)}: {text}" for text, owners in texts.items()))
+        for k, (alias, kind, texts) in found.items()
+    }
 
 
 MechanismParameters = create_model(
@@ -747,7 +751,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "overwrite",
     ),
     "text": ("columns", "column", "text_column", "label_column", "oov", "oov_token", "layout", "keep_original"),
-    "mechanism": ("epsilon", "mechanism", "lam", "t", "beta", "gamma", "delta", "dim", "seed"),
+    "mechanism": ("epsilon", "mechanism", *_mechanism_parameters(), "delta", "dim", "seed"),
     "bounds": (
         "max_nw_fraction",
         "min_sw",

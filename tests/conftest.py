@@ -29,8 +29,8 @@ def spark():
     # Tables of the built-in catalog (tests/spark/test_tables.py) live in a warehouse of the session's own
     # (a static setting: it must reach the JVM before the session starts).
     warehouse = tempfile.mkdtemp(prefix="dpspark-test-warehouse-")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = (
-        f"--conf spark.sql.warehouse.dir={warehouse} " + os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--conf spark.sql.warehouse.dir={warehouse} " + os.environ.get(
+        "PYSPARK_SUBMIT_ARGS", "pyspark-shell"
     )
     from dpspark.spark.session import get_session
 

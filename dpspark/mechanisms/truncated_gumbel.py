@@ -413,7 +413,8 @@ class TruncatedGumbel(MechanismSpec):
         "Truncated Gumbel mechanism, FLAIRS-34 (2021), doi:10.32473/flairs.v34i1.128463 (the paper could not be read "
         "here: its authors and its proof are unverified)"
     )
-    guarantee_type: ClassVar[str] = "metric"
+    # The paper claims metric DP; the exact law contradicts it (tests/statistical/test_conformance.py).
+    guarantee_type: ClassVar[str] = "none"
     summary: ClassVar[str] = (
         "the nearest of k ~ Poisson(ln V) nearest words after truncated Gumbel noise; unverified, only for ε above "
         "(5 + 2 ln V)/Δ0"

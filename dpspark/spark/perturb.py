@@ -87,6 +87,13 @@ def opt_in_warnings(config: PerturbConfig) -> None:
             PrivacyWarning,
             stacklevel=3,
         )
+    if config.spec.guarantee_type == "none":
+        warnings.warn(
+            f"{config.mechanism} has no privacy guarantee dpspark can state (see the manifest's guarantee): use it "
+            "to compare with published results, not to release private text",
+            PrivacyWarning,
+            stacklevel=3,
+        )
     if config.vocab_from_corpus:
         warnings.warn(
             "the vocabulary is derived from the private corpus: the output space, and so the output, can reveal "

@@ -7,12 +7,14 @@ the input untouched.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from dpspark.cli import main
+from dpspark.errors import PrivacyWarning
 
 pytestmark = pytest.mark.spark
 
@@ -61,3 +63,13 @@ def test_truncated_gumbel_below_its_threshold_is_refused(spark, tmp_path, data, 
     """b > 0 only for ε > (5 + 2 ln V)/Δ0: 75.8 on the 50,000-word vocabulary (Δ0: monday–tuesday)."""
     err = refused(tmp_path, data, capsys, "--mechanism", "truncated-gumbel", "--epsilon", "10")
     assert "epsilon > (5 + 2 ln V)/Δ0 = 75.8183" in err and "use a larger epsilon" in err
+
+
+def test_truncated_gumbel_warns_that_no_guarantee_holds(spark, tmp_path, data):
+    """Above its threshold it runs, and says in a warning and in the manifest that no guarantee can be stated."""
+    out = tmp_path / "out"
+    args = ["perturb", "--input", str(data / "reviews.parquet"), "--columns", "text", "--output", str(out)]
+    with pytest.warns(PrivacyWarning, match="truncated-gumbel has no privacy guarantee"):
+        assert main([*args, "--mechanism", "truncated-gumbel", "--epsilon", "100"]) == 0
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["guarantee_type"] == "none" and "contradicts" in manifest["guarantee"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dpspark import cli, config, errors
+from dpspark import cli, config, errors, mechanisms
 from dpspark.cli import COMMANDS, build_parser, main
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -85,7 +85,7 @@ def test_switches_are_switches_and_choices_are_shown():
     assert "QUIET" not in text and "KEEP_ORIGINAL" not in text
     assert re.search(r"^  --quiet {2,}silence", text, re.M)
     assert (
-        "{mahalanobis,laplace,vickrey,tem,santext}" in text
+        "{" + ",".join(mechanisms.REGISTRY) + "}" in text
         and "{unk,random,drop,keep}" in text
         and "{error,overwrite}" in text
     )
