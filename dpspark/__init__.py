@@ -93,6 +93,7 @@ def perturb_text(
         "custext",
         "custext-plus",
         "syntf-words",
+        "syntf",
         "1-diffractor",
         "truncated-gumbel",
     ] = "mahalanobis",
@@ -105,6 +106,7 @@ def perturb_text(
     sensitive_words: str | None = None,
     top_k: int | None = None,
     similarity: Literal["cosine", "euclidean"] | None = None,
+    draws: int | None = None,
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
     vocab_from_corpus: bool = False,
@@ -136,8 +138,9 @@ def perturb_text(
         columns: the text column(s) to rewrite (a list, or one comma-separated string).
         epsilon: the privacy parameter ε (required: no default).
         mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"``, ``"santext"``,
-            ``"santext-plus"``, ``"custext"``, ``"custext-plus"``, ``"syntf-words"``, ``"1-diffractor"``
-            or ``"truncated-gumbel"`` (``dpspark.mechanisms.REGISTRY``; their guarantees differ).
+            ``"santext-plus"``, ``"custext"``, ``"custext-plus"``, ``"syntf-words"``, ``"syntf"`` (adds
+            ``COL_tf``), ``"1-diffractor"`` or ``"truncated-gumbel"`` (``dpspark.mechanisms.REGISTRY``;
+            their guarantees differ).
         lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1) and Vickrey's noise (None: 0);
             Laplace is λ = 0.
         t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
@@ -151,6 +154,7 @@ def perturb_text(
             ``sensitive_fraction``).
         top_k: CusText's and CusText+'s group size K ≥ 2 (None: 20).
         similarity: CusText's similarity, ``"cosine"`` (None: the default) or ``"euclidean"``.
+        draws: SynTF's words per document (None: its number of in-vocabulary tokens).
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
         vocab_from_corpus: derive the vocabulary from the input (publishes its frequent
@@ -211,6 +215,7 @@ def release(
         "custext",
         "custext-plus",
         "syntf-words",
+        "syntf",
         "1-diffractor",
         "truncated-gumbel",
     ] = "mahalanobis",
@@ -223,6 +228,7 @@ def release(
     sensitive_words: str | None = None,
     top_k: int | None = None,
     similarity: Literal["cosine", "euclidean"] | None = None,
+    draws: int | None = None,
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
     vocab_from_corpus: bool = False,
@@ -268,8 +274,9 @@ def release(
         input_table: an input table (``catalog.schema.table``), read instead of ``df``.
         partitions: tasks to read the input with (smaller read splits).
         mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"``, ``"santext"``,
-            ``"santext-plus"``, ``"custext"``, ``"custext-plus"``, ``"syntf-words"``, ``"1-diffractor"``
-            or ``"truncated-gumbel"`` (``dpspark.mechanisms.REGISTRY``; their guarantees differ).
+            ``"santext-plus"``, ``"custext"``, ``"custext-plus"``, ``"syntf-words"``, ``"syntf"`` (adds
+            ``COL_tf``), ``"1-diffractor"`` or ``"truncated-gumbel"`` (``dpspark.mechanisms.REGISTRY``;
+            their guarantees differ).
         lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1) and Vickrey's noise (None: 0);
             Laplace is λ = 0.
         t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
@@ -283,6 +290,7 @@ def release(
             ``sensitive_fraction``).
         top_k: CusText's and CusText+'s group size K ≥ 2 (None: 20).
         similarity: CusText's similarity, ``"cosine"`` (None: the default) or ``"euclidean"``.
+        draws: SynTF's words per document (None: its number of in-vocabulary tokens).
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
         vocab_from_corpus: derive the vocabulary from the input (publishes its frequent

@@ -228,6 +228,53 @@ class TextPerturber:
                 per_row[r, 1] = fields.count(self.oov_token)
         return strings(result, array.type), per_row
 
+    @property
+    def term_frequencies(self) -> bool:
+        """Whether the mechanism releases synthetic documents (``perturb_documents``) instead of tokens."""
+        return self.mechanism.spec.term_frequencies
+
+    def perturb_documents(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, pa.Array, np.ndarray]:
+        """SynTF's synthetic document of each row: n words, each the mechanism's draw from a word taken
+        uniformly from the row's in-vocabulary tokens (its term frequencies), n = the spec's ``draws`` or
+        the number of those tokens. Out-of-vocabulary tokens are left out (no policy applies).
+
+        Returns (the drawn words in sorted order joined by single spaces, of ``array``'s type; their
+        counts as map<string, int32> (keys sorted); per-row counts as ``perturb_array``). Nulls stay
+        null; a row without in-vocabulary tokens (and no fixed ``draws``) gives "" and an empty map.
+        """
+        texts, invalid = decode_strings(array)
+        token_lists = [[] if t is None or bad else tokenize(t)[0] for t, bad in zip(texts, invalid)]
+        lengths = np.array([len(t) for t in token_lists], dtype=np.int64)
+        rows = self.words.rows(list(chain.from_iterable(token_lists)))
+        known = rows >= 0
+        row_of = np.repeat(np.arange(len(texts)), lengths)[known]
+        sources = rows[known]
+        have = np.bincount(row_of, minlength=len(texts))
+        start = np.concatenate([[0], np.cumsum(have)[:-1]])
+        fixed = self.mechanism.spec.draws
+        n = np.where(have > 0, fixed if fixed is not None else have, 0)
+        n[[t is None for t in texts]] = 0
+        which = np.repeat(np.arange(len(texts)), n)
+        picked = start[which] + np.floor(rng.random(len(which)) * have[which]).astype(np.int64)
+        drawn = self.vocab_words[self.mechanism.perturb_rows(sources[picked], rng)]
+        result: list[str | None] = []
+        maps: list[list[tuple[str, int]] | None] = []
+        per_row = np.zeros((len(texts), len(COUNT_NAMES)), dtype=np.int64)
+        at = 0
+        for r, t in enumerate(texts):
+            if t is None:
+                result.append(None)
+                maps.append(None)
+                continue
+            words = sorted(drawn[at : at + n[r]])
+            at += n[r]
+            result.append(" ".join(words))
+            keys, counts = np.unique(np.array(words, dtype=object), return_counts=True) if words else ([], [])
+            maps.append([(str(k), int(c)) for k, c in zip(keys, counts)])
+            per_row[r, 0] = len(words)
+        tf = pa.array(maps, type=pa.map_(pa.string(), pa.int32()))
+        return strings(result, array.type), tf, per_row
+
     def perturb_texts(self, texts: list[str | None], rng: np.random.Generator) -> list[str | None]:
         """Convenience for plain Python lists (tests, notebooks)."""
         return self.perturb_array(pa.array(texts, type=pa.string()), rng)[0].to_pylist()

@@ -19,7 +19,7 @@ from dpspark.mechanisms.diffractor import Diffractor
 from dpspark.mechanisms.noise import CHUNK, Laplace, Mahalanobis, NoiseMechanism, sample_noise, sample_radial
 from dpspark.mechanisms.santext import SanText
 from dpspark.mechanisms.santext_plus import SanTextPlus
-from dpspark.mechanisms.syntf import SynTFWords
+from dpspark.mechanisms.syntf import SynTF, SynTFWords
 from dpspark.mechanisms.tem import TEM
 from dpspark.mechanisms.truncated_gumbel import TruncatedGumbel
 from dpspark.mechanisms.vickrey import Vickrey
@@ -34,6 +34,7 @@ REGISTRY: dict[str, type[MechanismSpec]] = {
     "custext": CusText,
     "custext-plus": CusTextPlus,
     "syntf-words": SynTFWords,
+    "syntf": SynTF,
     "1-diffractor": Diffractor,
     "truncated-gumbel": TruncatedGumbel,
 }

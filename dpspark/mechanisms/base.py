@@ -42,6 +42,7 @@ GUARANTEE_TYPES = {
     "umldp": "utility-optimized metric DP: the metric bound plus ln(1/p), for outputs in the protected set only",
     "group": "ε-DP between words of the same output group; words of different groups are distinguishable",
     "pure": "pure ε-DP per token: exp(ε) for every pair of words",
+    "document": "ε-DP per released word against replacing the whole document; n released words compose to n·ε",
     "none": "no guarantee dpspark can state: the published claim is unverified and the exact output law contradicts it",
     "rank": "metric DP in list positions: exp(ε·|i(x) − i(x')|), i a word's position in a public 1-D list of W",
 }
@@ -292,6 +293,9 @@ class MechanismSpec(BaseModel):
     paper: ClassVar[str] = ""
     guarantee_type: ClassVar[str] = "metric"
     summary: ClassVar[str] = ""
+    # A release replaces each text by a synthetic document (its drawn words) and adds its term
+    # frequencies as COL_tf (SynTF), instead of replacing token by token.
+    term_frequencies: ClassVar[bool] = False
 
     class Config:
         extra = "forbid"

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from dpspark._pydantic import Field, validator
+from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.exponential import TruncatedExponential
 
@@ -56,6 +58,63 @@ class SynTFWords(MechanismSpec):
             f"whatever the words). Each output word y of the V = {space.size} words is drawn with probability "
             f"proportional to exp({self.epsilon:g} * max(0, cos(phi(w), phi(y))) / 2)."
         )
+
+
+class SynTF(MechanismSpec):
+    """SynTF's synthetic term-frequency vector per document (``syntf``): n words, each the word draw of a
+    word drawn from the document's term frequencies; released as the drawn words (a text in sorted order)
+    and their counts (``COL_tf``, map<string, int>).
+
+    Guarantee: each released word is ε-DP against replacing the *whole* document (a draw from the
+    document's term frequencies, then the word draw: every term's law is within e^{ε} of every other's,
+    so is any mixture of them); n words compose to n·ε per document. n is ``draws``, or the document's
+    number of in-vocabulary tokens (then public, as the token count is for the other mechanisms).
+    Out-of-vocabulary tokens are left out of the term frequencies. On one word (privacy-stats,
+    privacy-risk) it is the word draw of ``syntf-words``.
+    """
+
+    name: Literal["syntf"] = "syntf"
+    draws: int | None = Field(
+        default=None, description="n >= 1: words drawn per document (default: its in-vocabulary token count)"
+    )
+
+    paper: ClassVar[str] = SynTFWords.paper.split(" (")[0]
+    guarantee_type: ClassVar[str] = "document"
+    summary: ClassVar[str] = "synthetic term frequencies: n words drawn from the document, each then by the word draw"
+    term_frequencies: ClassVar[bool] = True
+
+    @validator("draws", pre=True, allow_reuse=True)
+    def _draws(cls, v: Any) -> int | None:
+        if v in (None, ""):
+            return None
+        try:
+            value = float(v)
+        except (TypeError, ValueError):
+            value = math.nan
+        if isinstance(v, bool) or not value.is_integer() or value < 1:
+            raise ConfigError(f"draws must be a whole number >= 1 (words per document), got {v!r}")
+        return int(value)
+
+    def axes(self) -> dict[str, Any]:
+        return {} if self.draws is None else {"draws": float(self.draws)}
+
+    def build(self, space: Space) -> WordMechanism:
+        return CosineExponential(space, self)
+
+    def guarantee(self, space: Space) -> str:
+        n = "n = the document's number of in-vocabulary tokens" if self.draws is None else f"n = {self.draws}"
+        return (
+            f"For any two documents and any output, each released word's probabilities differ by at most a factor "
+            f"exp({self.epsilon:g}), whatever the documents (pure DP against replacing the whole document); the n "
+            f"words of a document ({n}) together by at most exp(n * {self.epsilon:g}). Each word is drawn by taking "
+            f"a word v of the document with probability its term frequency, then y of the V = {space.size} words "
+            f"with probability proportional to exp({self.epsilon:g} * max(0, cos(phi(v), phi(y))) / 2)."
+        )
+
+    def outside(self) -> list[str]:
+        if self.draws is None:
+            return ["syntf: the number of in-vocabulary tokens of each document is published (the number of draws)"]
+        return []
 
 
 class CosineExponential(TruncatedExponential):

@@ -72,7 +72,13 @@ def _task_partition() -> int:
 
 
 def _perturb_batches(
-    batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes, columns: list[str], keep: bool, counts: list[str]
+    batches: Iterator[pa.RecordBatch],
+    bundle: str,
+    job_key: bytes,
+    columns: list[str],
+    keep: bool,
+    counts: list[str],
+    tf: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     partition = _task_partition()
     perturber = None
@@ -82,12 +88,19 @@ def _perturb_batches(
         rng = batch_generator(job_key, partition, number)
         names, arrays = list(batch.schema.names), list(batch.columns)
         totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
-        originals = []
+        originals, frequencies = [], []
         for col in columns:
             i = names.index(col)
             originals.append(arrays[i])
-            arrays[i], per_row = perturber.perturb_array(arrays[i], rng)
+            if perturber.term_frequencies:  # SynTF: a synthetic document and its term frequencies
+                arrays[i], frequency, per_row = perturber.perturb_documents(arrays[i], rng)
+                frequencies.append(frequency)
+            else:
+                arrays[i], per_row = perturber.perturb_array(arrays[i], rng)
             totals += per_row
+        if tf:
+            names += [f"{c}_tf" for c in columns]
+            arrays += frequencies
         if keep:
             names += [f"{c}_original" for c in columns]
             arrays += originals
@@ -96,16 +109,21 @@ def _perturb_batches(
         yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def perturb(df: DataFrame, bundle: str, job_key: bytes, columns: list[str], keep: bool, run_id: str) -> DataFrame:
-    """``df`` with ``columns`` perturbed, ``<col>_original`` if ``keep``, and the hidden count columns."""
+def perturb(
+    df: DataFrame, bundle: str, job_key: bytes, columns: list[str], keep: bool, run_id: str, tf: bool = False
+) -> DataFrame:
+    """``df`` with ``columns`` perturbed, ``<col>_tf`` if ``tf`` (SynTF's term frequencies, map<string, int>),
+    ``<col>_original`` if ``keep``, and the hidden count columns."""
     counts = count_columns(run_id)
     fields = list(df.schema.fields)
+    if tf:
+        fields += [T.StructField(f"{col}_tf", T.MapType(T.StringType(), T.IntegerType()), True) for col in columns]
     if keep:
         fields += [T.StructField(f"{col}_original", T.StringType(), True) for col in columns]
     fields += [T.StructField(n, T.LongType(), False) for n in counts]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _perturb_batches(batches, bundle, job_key, columns, keep, counts)
+        return _perturb_batches(batches, bundle, job_key, columns, keep, counts, tf)
 
     return map_in_arrow(df, run, fields)
 

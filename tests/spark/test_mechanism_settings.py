@@ -11,8 +11,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+import dpspark
 from dpspark.cli import main
 from dpspark.errors import PrivacyWarning
 
@@ -73,3 +76,29 @@ def test_truncated_gumbel_warns_that_no_guarantee_holds(spark, tmp_path, data):
         assert main([*args, "--mechanism", "truncated-gumbel", "--epsilon", "100"]) == 0
     manifest = json.loads((out / "_dpspark_manifest.json").read_text())
     assert manifest["guarantee_type"] == "none" and "contradicts" in manifest["guarantee"]
+
+
+def test_syntf_releases_synthetic_documents_with_their_term_frequencies(spark, tmp_path, data, capsys):
+    out = tmp_path / "out"
+    args = ["perturb", "--input", str(data / "reviews.parquet"), "--columns", "text", "--output", str(out)]
+    assert main([*args, "--quiet", "--mechanism", "syntf", "--epsilon", "30"]) == 0
+    table = pq.read_table(out)
+    assert pa.types.is_map(table.schema.field("text_tf").type)
+    for row in table.to_pylist():
+        if row["text"] is not None:
+            words = row["text"].split()
+            assert words == sorted(words) and dict(row["text_tf"] or []) == {w: words.count(w) for w in set(words)}
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["guarantee_type"] == "document" and manifest["mechanism"] == "syntf"
+    # The lazy API gives the same columns; an input that already has text_tf is refused by name.
+    df = spark.read.parquet(str(data / "reviews.parquet"))
+    lazy = dpspark.perturb_text(df, "text", 30.0, mechanism="syntf", draws=3)
+    assert "text_tf" in lazy.columns and all(len(r.text.split()) == 3 for r in lazy.limit(5).collect() if r.text)
+    clashing = tmp_path / "clash.parquet"
+    pq.write_table(
+        pq.read_table(data / "reviews.parquet").append_column("text_tf", pa.array([None] * 500, pa.string())), clashing
+    )
+    capsys.readouterr()
+    args = ["perturb", "--input", str(clashing), "--columns", "text", "--output", str(tmp_path / "o2")]
+    assert main([*args, "--quiet", "--mechanism", "syntf", "--epsilon", "30"]) != 0
+    assert "already has column(s) 'text_tf'" in capsys.readouterr().err and not (tmp_path / "o2").exists()

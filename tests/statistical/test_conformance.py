@@ -205,6 +205,8 @@ CASES: dict[str, Case] = {
     ),
     # Pure ε-DP on a [0, 1] utility: words are kept only at large ε (P(w|w) 1–7% at ε = 20, 12–89% at 40).
     "syntf-words": Case(epsilons=(20.0, 40.0), closed_form=True, reference=syntf_reference, self_epsilon=200.0),
+    # One word is a one-word document: SynTF's draw is the word draw (its documents: tests/unit/test_syntf.py).
+    "syntf": Case(epsilons=(20.0, 40.0), closed_form=True, reference=syntf_reference, self_epsilon=200.0),
     # ε on a [0, 1] utility over K = 20 outputs: P(w|w) 13–21% at ε = 4 (uniform: 5%), 21–55% at ε = 10.
     "custext": Case(
         epsilons=(4.0, 10.0),
@@ -426,7 +428,7 @@ def loss_bounds(mechanism: WordMechanism, pairs: np.ndarray, distances: np.ndarr
     (∞: nothing promised), and the outputs it covers (a mask over W, or None for all):
 
     - metric: ε·d(x, x′), every output;
-    - pure: ε, every output;
+    - pure: ε, every output (document: the same for one-word documents, SynTF's per-word bound);
     - group: ε for x, x′ of the same output group (``group_of``), nothing across groups;
     - umldp: ε·d(x, x′) + ln(1/p), on the protected outputs only (``mask``, ``p``);
     - rank: ε·|i(x) − i(x′)|, i the position in the mechanism's public list (``rank_of``).
@@ -434,7 +436,7 @@ def loss_bounds(mechanism: WordMechanism, pairs: np.ndarray, distances: np.ndarr
     kind, epsilon = mechanism.spec.guarantee_type, mechanism.epsilon
     if kind == "metric":
         return epsilon * distances, None
-    if kind == "pure":
+    if kind in ("pure", "document"):  # a one-word document: ε against any other word
         return np.full(len(pairs), epsilon), None
     if kind == "group":
         groups = mechanism.group_of(pairs.ravel()).reshape(pairs.shape)
