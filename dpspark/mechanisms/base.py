@@ -177,7 +177,8 @@ class Space:
 
         ``store``: also keep it in ``cache_dir`` between runs, under the sha256 of the name and of
         φ(W) (content-addressed: another vocabulary or embedding never finds it), written to a
-        temporary name and renamed, as the shared embedding store is.
+        temporary name and renamed, as the shared embedding store is. A stored array's name carries
+        its algorithm's version (``.../v1``): a changed algorithm takes a new name, never an old array.
         """
         if name in self._artefacts:
             return self._artefacts[name]

@@ -271,7 +271,7 @@ class CusText(MechanismSpec):
 
     @property
     def artefact_name(self) -> str:
-        return f"{self.name}/groups/k={self.top_k}/{self.similarity}"
+        return f"{self.name}/groups/v1/k={self.top_k}/{self.similarity}"  # v1: the mapping's version
 
     def stop_positions(self, space: Space) -> np.ndarray:
         """The W positions released unchanged (none for CusText)."""

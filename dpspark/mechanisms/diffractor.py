@@ -49,7 +49,7 @@ class Diffractor(MechanismSpec):
     guarantee_type: ClassVar[str] = "rank"
     summary: ClassVar[str] = "two-sided geometric noise on the word's index in a nearest-neighbour chain of W"
 
-    artefact_name: ClassVar[str] = "1-diffractor/list"
+    artefact_name: ClassVar[str] = "1-diffractor/list/v1"  # the version: a change of the chain gets a new name
 
     def order(self, space: Space) -> np.ndarray:
         """The list: positions of W in list order (computed on the driver, shipped in the bundle)."""

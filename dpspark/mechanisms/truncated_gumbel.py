@@ -86,7 +86,7 @@ SHELL = 16  # tiles per shell of equal distance from the mean, sorted by the fir
 TOKENS = 1 << 16  # tokens per block of Gumbel draws
 NODES = 12  # Gauss–Legendre nodes per quadrature piece
 MEMO_WORDS = 1 << 16  # neighbour lists a sampler keeps (≈ 50 MB at K_max = 50)
-ARTEFACT = "truncated-gumbel/diameters"
+ARTEFACT = "truncated-gumbel/diameters/v1"  # the version: a change of the pass gets a new name
 
 
 # --------------------------------------------------------------------------------------------

@@ -255,7 +255,7 @@ def test_guarantee_states_the_groups(space):
 def test_mapping_round_trips_through_a_bundle(space, glove, tmp_path):
     spec = parse({"name": "custext-plus", "epsilon": 5, "top_k": 12, "similarity": "euclidean"})
     names = spec.prepare(space)
-    assert len(names) == 1 and names[0].startswith("custext-plus/groups/k=12/euclidean/stop=")
+    assert len(names) == 1 and names[0].startswith("custext-plus/groups/v1/k=12/euclidean/stop=")
     settings = {"settings": [spec.parameters()], "nn": "exact", "nn_params": {}}
     d = save_bundle(tmp_path / "b", glove, settings, np.arange(V), artefacts=space.artefacts(names))
     (executor,) = load_bundle(d).mechanisms()
