@@ -17,11 +17,13 @@ SYMBOLS = {"lambda": "λ", "beta": "β", "gamma": "γ"}
 
 
 def axis_names() -> list[str]:
-    """The grid axes of every registered mechanism besides ε (``lambda`` first): one column each."""
+    """The grid axes of every registered mechanism besides ε (lambda, beta, gamma, t first): one column each."""
     from dpspark.mechanisms import REGISTRY
 
-    names = {p for spec in REGISTRY.values() for p in spec.axis_names()}
-    return sorted(names, key=lambda n: (n != "lambda", n))
+    names = list(dict.fromkeys(p for spec in REGISTRY.values() for p in spec.axis_names()))
+    # The columns of the first mechanisms keep their places; later mechanisms' axes follow, in registry order.
+    first = [n for n in ("lambda", "beta", "gamma", "t") if n in names]
+    return first + [n for n in names if n not in first]
 
 
 def axis_column(values: list) -> pa.Array:

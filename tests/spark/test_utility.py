@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpspark import risk
+from dpspark import report, risk
 from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
 from dpspark.config import EvaluateUtilityConfig, RiskConfig
 from dpspark.embeddings import load_default
@@ -88,9 +88,12 @@ def test_noise_disabled_gives_the_baseline(spark, data, corpus_vocab, identity_r
     assert {"results.parquet", "summary.md", "utility_train_time.png", "utility_test_time.png"} <= names
     results = pq.read_table(out_dir / "results.parquet")
     assert results.num_rows == 3  # baseline + one per mode
-    assert results.column_names[:10] == [
-        "model", "mode", "mechanism", "setting", "epsilon", "lambda", "beta", "gamma", "t", "repeat",
+    assert results.column_names[:9] == [
+        "model", "mode", "mechanism", "setting", "epsilon", "lambda", "beta", "gamma", "t",
     ]  # fmt: skip
+    # Later mechanisms' axes follow (null here), then the repeat and the metrics.
+    axes = report.axis_names()
+    assert results.column_names[9 : 5 + len(axes)] == axes[4:] and results.column_names[5 + len(axes)] == "repeat"
     assert results.column("setting").to_pylist() == [None, "mahalanobis λ=1", "mahalanobis λ=1"]
     manifest = json.loads((out_dir / "_dpspark_manifest.json").read_text())
     assert manifest["split"]["seed"] == 42 and manifest["positive_class"] == "spam" and not manifest["seeded"]
