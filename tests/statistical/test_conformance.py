@@ -44,8 +44,10 @@ False alarms: ALPHA = 1e-4 per χ² assertion (fixed seeds, so a run is reproduc
 
 from __future__ import annotations
 
+import tempfile
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -237,7 +239,10 @@ CASES: dict[str, Case] = {
 
 @pytest.fixture(scope="module")
 def space(glove) -> Space:
-    return Space(glove.vectors, select_vocabulary(glove, VOCABULARY), words=glove.word_rows)
+    """W with a disk cache of the mechanisms' public structures (1-Diffractor's chain takes a minute at 50,000
+    words): content-addressed and versioned, so the runtime matrix's runs reuse what ``make test`` built."""
+    cache = Path(tempfile.gettempdir()) / "dpspark-test-artefacts"
+    return Space(glove.vectors, select_vocabulary(glove, VOCABULARY), words=glove.word_rows, cache_dir=cache)
 
 
 @pytest.fixture(scope="module")
