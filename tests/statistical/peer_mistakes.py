@@ -165,7 +165,9 @@ class PaperTem(WordMechanism):
     bottom = "paper"
 
     def __init__(self, space: Space, epsilon: float, gamma: float) -> None:
-        super().__init__(space, SimpleNamespace(name=f"{self.bottom}-tem", epsilon=float(epsilon)))
+        super().__init__(
+            space, SimpleNamespace(name=f"{self.bottom}-tem", epsilon=float(epsilon), guarantee_type="metric")
+        )
         self.gamma = float(gamma)
 
     def distribution(self, rows: np.ndarray) -> np.ndarray:
@@ -186,7 +188,7 @@ class PaperSanText(WordMechanism):
     """The paper's SanText by its closed form (inverse CDF): the control beside ``ThreeCoordinateSanText``."""
 
     def __init__(self, space: Space, epsilon: float) -> None:
-        super().__init__(space, SimpleNamespace(name="santext", epsilon=float(epsilon)))
+        super().__init__(space, SimpleNamespace(name="santext", epsilon=float(epsilon), guarantee_type="metric"))
 
     def distribution(self, rows: np.ndarray) -> np.ndarray:
         return santext_probabilities(self.space, rows, self.epsilon)
@@ -211,7 +213,9 @@ class VickreyWithoutInput(WordMechanism):
     """Vickrey (k = 2) with the two nearest words of v = φ(w) + Z taken over W ∖ {w}: never outputs w."""
 
     def __init__(self, space: Space, epsilon: float, t: float = 0.5, lam: float = 0.0) -> None:
-        super().__init__(space, SimpleNamespace(name="vickrey-without-input", epsilon=float(epsilon)))
+        super().__init__(
+            space, SimpleNamespace(name="vickrey-without-input", epsilon=float(epsilon), guarantee_type="metric")
+        )
         self.t = float(t)
         self.a = space.a(lam)
 
