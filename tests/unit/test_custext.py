@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
+from test_exponential_mechanisms import pooled_chisquare
 
 from dpspark.bundle import load_bundle, save_bundle
 from dpspark.errors import ConfigError
@@ -57,17 +57,6 @@ def paper_probabilities(space, x, group, epsilon, similarity):
     u = (s - s.min()) / (s.max() - s.min()) if s.max() > s.min() else np.ones(len(s))
     w = np.exp(epsilon * u / 2)
     return w / w.sum()
-
-
-def chi2_p(counts, probabilities):
-    """Pearson's χ² p-value, the bins of expected count < 5 pooled into one."""
-    expected = probabilities * counts.sum()
-    small = expected < 5
-    obs = np.append(counts[~small], counts[small].sum())
-    exp = np.append(expected[~small], expected[small].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
 # ---- the mapping ----------------------------------------------------------------------------
@@ -149,9 +138,9 @@ def test_sampler_draws_the_closed_form(space):
     counts = np.stack([np.bincount(o, minlength=V) for o in out])
     p, q = mechanism.distribution(rows), wrong.distribution(rows)
     assert (counts[p == 0] == 0).all()
-    pvalues = [chi2_p(c, pr) for c, pr in zip(counts, p)]
+    pvalues = [pooled_chisquare(c, pr) for c, pr in zip(counts, p)]
     assert min(pvalues) > 1e-4, pvalues
-    assert max(chi2_p(c, pr) for c, pr in zip(counts, q)) < 1e-6
+    assert max(pooled_chisquare(c, pr) for c, pr in zip(counts, q)) < 1e-6
     # The draws are a function of the generator; shapes are kept.
     again = mechanism.sample(np.repeat(rows, DRAWS), np.random.default_rng(11)).reshape(len(rows), DRAWS)
     np.testing.assert_array_equal(out, again)
