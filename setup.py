@@ -51,7 +51,8 @@ setup(
         # pyspark is never a hard requirement: clusters and Databricks bring their own. pandas is
         # what pyspark's Arrow path needs, at the runtime's version; pyspark 3.5 imports distutils,
         # which Python 3.12 only has through setuptools.
-        "spark": ["pyspark>=3.5", "pandas>=1.5.3,<3", "setuptools; python_version >= '3.12'"],
+        # pyspellchecker: dpspark compare's English word list (the share of dictionary words in the output).
+        "spark": ["pyspark>=3.5", "pandas>=1.5.3,<3", "setuptools; python_version >= '3.12'", "pyspellchecker>=0.7"],
         # Spark Connect / Databricks serverless clients (pyspark[connect] without a second pyspark pin).
         "connect": ["grpcio>=1.56", "grpcio-status>=1.56", "googleapis-common-protos>=1.56", "zstandard>=0.21"],
         # Only --nn annoy uses it, and annoy has no wheel on PyPI (every install compiles it).
