@@ -1,0 +1,61 @@
+"""The compare report's renderers: every section in Markdown and HTML, images embedded, no link out."""
+
+import base64
+import re
+
+import pytest
+
+from dpspark.evaluation import compare_report as cr
+
+
+def point(setting, eps, top1, acc):
+    p = {"setting": setting, "epsilon": eps, "top1": top1, "top1_lo": top1 - 0.01, "top1_hi": top1 + 0.02}
+    for mode in cr.MODES:
+        p.update({f"{mode}_accuracy": acc, f"{mode}_accuracy_lo": acc - 0.01, f"{mode}_accuracy_hi": acc + 0.01})
+    return p
+
+
+@pytest.fixture
+def rendered(tmp_path):
+    points = [point("laplace", e, t, a) for e, t, a in ((1, 0.05, 0.86), (5, 0.1, 0.9), (10, 0.4, 0.97))]
+    points += [point("tem β=0.001", e, t, a) for e, t, a in ((1, 0.02, 0.87), (5, 0.3, 0.95))]
+    chosen = points[1]
+    name = cr.write_frontier(tmp_path, points, "accuracy", 0.98, 0.04, 0.1, chosen)
+    sections = [
+        cr.Section("Dataset and embedding", ["rows **1000**, text `text`"]),
+        cr.Section("Recommendation", ["**Recommended: laplace, ε = 5**"]),
+        cr.Section("Privacy–utility frontier", ["a plot"], images=[(name, "frontier")]),
+        cr.Section("Equal empirical privacy", [], [cr.Table(["setting", "ε"], [["laplace", "5"], ["a|b", "<1>"]])]),
+        cr.Section("Before and after", [], [cr.Table(["original", "perturbed"], [["Tom & me", "tim and you"]])]),
+    ]
+    md = cr.render_md("Comparison", sections)
+    html = cr.render_html("Comparison", sections, tmp_path)
+    return sections, md, html, (tmp_path / name).read_bytes()
+
+
+def test_markdown_has_every_section_table_and_image(rendered):
+    sections, md, _, _ = rendered
+    for s in sections:
+        assert f"## {s.title}" in md
+    assert "| laplace | 5 |" in md
+    assert "| a\\|b | <1> |" in md  # a pipe in a cell does not split it
+    assert "![frontier](frontier.png)" in md
+
+
+def test_html_embeds_its_images_and_links_nowhere(rendered):
+    sections, _, html, png = rendered
+    for s in sections:
+        assert f"<h2>{s.title.replace('&', '&amp;')}</h2>" in html
+    srcs = re.findall(r'src="([^"]*)"', html)
+    assert len(srcs) == 1 and srcs[0].startswith("data:image/png;base64,")
+    assert base64.b64decode(srcs[0].split(",", 1)[1]) == png
+    assert "href=" not in html and "http://" not in html and "https://" not in html
+    assert "<td>Tom &amp; me</td>" in html and "&lt;1&gt;" in html  # text escaped
+    assert "<strong>Recommended: laplace, ε = 5</strong>" in html and "<code>text</code>" in html
+
+
+def test_shares_with_intervals():
+    assert cr.with_ci(0.543, 0.521, 0.564) == "54.3 (52.1–56.4)"
+    assert cr.with_ci(0.5, 0.5, 0.5) == "50.0"  # an exact figure has no interval
+    assert cr.with_ci(float("nan"), None, None) == "–"
+    assert cr.pct(None) == "–"
