@@ -105,6 +105,27 @@ def opt_in_warnings(config: PerturbConfig) -> None:
         )
 
 
+UNCHANGED_WARNING = 0.9  # perturb warns above this expected share of tokens released as themselves
+
+
+def unchanged_warning(prepared: Prepared) -> dict[str, Any]:
+    """Warn when ε is so large that most tokens come out as themselves (``stats.expected_unchanged``,
+    on public words only); the figure goes into the manifest."""
+    from dpspark.stats import UNCHANGED_WORDS, expected_unchanged
+
+    share, how = expected_unchanged(prepared.mechanism)
+    c = prepared.config
+    if share > UNCHANGED_WARNING:
+        warnings.warn(
+            f"at epsilon {c.epsilon:g} {c.mechanism} releases about {100 * share:.0f}% of tokens unchanged ({how}, "
+            f"over the {UNCHANGED_WORDS} most frequent vocabulary words): the output is close to the input; choose "
+            'a smaller epsilon (see the README\'s "Choosing ε", or run dpspark compare on your data)',
+            PrivacyWarning,
+            stacklevel=2,
+        )
+    return {"share": share, "method": how, "words": UNCHANGED_WORDS, "warned": share > UNCHANGED_WARNING}
+
+
 class PerturbJob:
     """Check, prepare and transform for the perturb release."""
 
@@ -135,6 +156,7 @@ class PerturbJob:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         self.job_key = new_job_key(c.seed)
+        self.unchanged = unchanged_warning(self.prepared)
 
     def transform(self, df: DataFrame, run_id: str) -> tuple[DataFrame, list[Any]]:
         c = self.config
@@ -152,7 +174,11 @@ class PerturbJob:
         return {}
 
     def manifest_fields(self, counts: dict[str, int]) -> dict[str, Any]:
-        return {"columns": list(self.config.columns), **self.prepared.manifest_fields()}
+        return {
+            "columns": list(self.config.columns),
+            **self.prepared.manifest_fields(),
+            "expected_unchanged": self.unchanged,
+        }
 
     def close(self) -> None:
         if self.shipment is not None:

@@ -344,3 +344,15 @@ def test_perturb_text_takes_a_mechanism_and_its_parameters(spark):
     df = spark.read.parquet(str(SAMPLE)).limit(20)
     out = dpspark.perturb_text(df, "text", 8.0, mechanism="tem", gamma=3.0, vocab_size=5000).collect()
     assert len(out) == 20 and all(isinstance(r["text"], str) or r["text"] is None for r in out)
+
+
+def test_an_epsilon_that_keeps_most_tokens_warns_and_the_manifest_says_how_many(spark, tmp_path):
+    with pytest.warns(dpspark.PrivacyWarning, match=r"about \d+% of tokens unchanged"):
+        out = run_cli(tmp_path, "large", "--epsilon", "60", "--mechanism", "laplace", quiet=False)
+    m = json.loads((out / "_dpspark_manifest.json").read_text())["expected_unchanged"]
+    assert m["warned"] and m["share"] > 0.9 and m["method"] == "estimated" and m["words"] == 200
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dpspark.PrivacyWarning)
+        out = run_cli(tmp_path, "usual", "--epsilon", "5", "--mechanism", "tem", quiet=False)
+    m = json.loads((out / "_dpspark_manifest.json").read_text())["expected_unchanged"]
+    assert not m["warned"] and m["share"] < 0.9 and m["method"] == "exact"
