@@ -684,12 +684,85 @@ class RiskConfig(CorpusGridSettings):
         default=None, ge=1, description="measure only the N most frequent corpus words (default: all)"
     )
     words_per_task: int = Field(default=200, ge=1, description="words per work item (200)")
+    precision: float = Field(
+        default=0.01,
+        gt=0,
+        le=1,
+        description="settings without exact likelihoods: double the fitting runs until top-1 and top-5 move by "
+        "less than this (0.01)",
+    )
+    max_fit_runs: int | None = Field(
+        default=None,
+        ge=1,
+        description="at most this many fitting runs per word when doubling them (default 16 × K/2: four doublings)",
+    )
+    doc_runs: int = Field(
+        default=10, ge=1, description="runs per row of the per-document exposure of --sensitive-words (10)"
+    )
 
     @after("runs")
     def _runs(cls, v: int) -> int:
         if v < 2 or v % 2:
             raise ValueError(f"K must be even and at least 2 (half fits the attack, half scores it), got {v}")
         return v
+
+
+class CompareConfig(EvaluateUtilityConfig, RiskConfig):
+    """Settings of ``dpspark compare``: mechanisms side by side on a labelled dataset (utility,
+    re-identification, the field's privacy metrics) and at equal empirical privacy."""
+
+    epsilons: list[float] = Field(
+        default_factory=lambda: [1.0, 5.0, 10.0, 20.0], description="ε grid, comma-separated (1,5,10,20)"
+    )
+    target_reidentification: float = Field(
+        default=0.10,
+        gt=0,
+        lt=1,
+        description="equal privacy: each mechanism's ε at which top-1 re-identification reaches this share (0.10)",
+    )
+    target_nw_fraction: float = Field(
+        default=0.20,
+        gt=0,
+        lt=1,
+        description="equal privacy, second target: the ε at which the mean Nw reaches this fraction of K (0.20)",
+    )
+    refine: int = Field(
+        default=2,
+        ge=0,
+        le=4,
+        description="rounds of extra ε points where the re-identification target falls between two (2)",
+    )
+    max_utility_loss: float | None = Field(
+        default=None, ge=0, le=1, description="bound: baseline minus mean utility <= this (e.g. 0.02)"
+    )
+    utility_metric: str = Field(default="accuracy", description="metric of the utility bound and the plots (accuracy)")
+    max_reidentification: float | None = Field(
+        default=None, ge=0, le=1, description="bound: share of corpus tokens recovered top-1 <= this (e.g. 0.2)"
+    )
+    overwrite: bool = Field(
+        default=False,
+        description="replace an earlier compare output at --output (this command's write mode: its --mode is the "
+        "evaluation mode)",
+    )
+    examples: int = Field(default=3, ge=0, le=20, description="before/after example rows in the report (3)")
+    mldp_words: int = Field(default=25, ge=1, description="MLDP's Nw/Sw: words sampled from the vocabulary (25)")
+    mldp_trials: int = Field(default=100, ge=2, description="MLDP's Nw/Sw: trials per word (100)")
+    pp_tokens: int | None = Field(
+        default=None, ge=1, description="PP over each document's first N tokens (default: every token)"
+    )
+
+    @after("utility_metric")
+    def _utility_metric(cls, v: str) -> str:
+        from dpspark.utility import BINARY_METRICS, MULTICLASS_METRICS
+
+        known = tuple(dict.fromkeys(BINARY_METRICS + MULTICLASS_METRICS))
+        if v not in known:
+            raise ValueError(f"utility_metric must be one of {', '.join(known)}, got {v!r}")
+        return v
+
+    @property
+    def write_mode(self) -> str:
+        return "overwrite" if self.overwrite else "error"
 
 
 class EmbeddingReportConfig(OutputSettings, EmbeddingSettings):
@@ -759,6 +832,9 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "max_utility_loss",
         "utility_metric",
         "max_reidentification",
+        "target_reidentification",
+        "target_nw_fraction",
+        "refine",
     ),
     "grid and words measured": (
         "mechanisms",
@@ -774,6 +850,9 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "max_words",
         "words_per_task",
         "runs_per_task",
+        "precision",
+        "max_fit_runs",
+        "doc_runs",
     ),
     "evaluation": (
         "repeats",
@@ -786,6 +865,10 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "class_beta",
         "pairs",
         "skip_classifier",
+        "examples",
+        "mldp_words",
+        "mldp_trials",
+        "pp_tokens",
     ),
     "embedding and vocabulary": (
         "embeddings",
@@ -805,6 +888,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
 _EXPERIMENT = dict.fromkeys(("epsilons", "runs", "delta", "seed"), "evaluation")
 HELP_GROUP_OF: dict[str, dict[str, str]] = {
     "EvaluateUtilityConfig": {"mode": "evaluation"},
+    "CompareConfig": {"mode": "evaluation"},
     "EmbeddingReportConfig": {"lam": "evaluation", "seed": "evaluation"},
     "EvaluateVectorsConfig": _EXPERIMENT,
     "StatsConfig": {"seed": "grid and words measured", "columns": "grid and words measured"},
@@ -834,6 +918,7 @@ HELP_REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
     "EmbeddingReportConfig": (("output",),),
     "EvaluateUtilityConfig": (("input",), ("text_column",), ("label_column",), ("output",)),
     "RiskConfig": (("input",), ("text_column",), ("output",)),
+    "CompareConfig": (("input",), ("text_column",), ("label_column",), ("output",)),
     "EvaluateVectorsConfig": (("output",),),
 }
 

@@ -7,11 +7,20 @@ On Spark, with DataFrames only (so it runs on Spark Connect too):
 2. every corpus word is perturbed K times with the privacy statistics' own work items
    (``dpspark.stats.plan`` / ``item_counts``: the perturb mechanism, the same bundle),
    cut into two blocks of K/2 independent runs: the fitting half and the scoring half;
-3. the attack: for every (ε, λ, u) the five w with the largest prior(w)·count(w → u) in
-   the fitting half (a window over the counts), scored against the scoring half;
-4. per (ε, λ) the token-weighted shares, a table, a plot and a manifest, committed
+3. the attacks (``attack``): for every (setting, u) the five w with the largest
+   prior(w)·count(w → u) in the fitting half (a window over the counts), and the model
+   attacker's guesses (``model_attacker``: β fitted on the driver from the fitted counts of at
+   most ``risk.MODEL_WORDS`` words), scored against the scoring half; the hits are counted per
+   (setting, word) on Spark, and the driver turns that small table into shares and intervals
+   (``risk.shares``). Settings with exact likelihoods take the exact attacker instead.
+   Settings without: the fitting runs are doubled until the figures move by less than
+   ``--precision`` (``risk_rows``);
+4. with ``--sensitive-words``, the per-document exposure (``doc_exposures``): on the executors,
+   each row holding a sensitive word, exactly or perturbed ``--doc-runs`` times;
+5. per setting the shares with 95% intervals, a table, a plot and a manifest, committed
    all-or-nothing (``dpspark.spark.reports``).
 
+``risk_rows`` returns the per-setting rows without writing anything (for ``compare``).
 The figures are computed from the raw corpus: an evaluation for the data owner, not a
 release (the manifest says so).
 """
@@ -19,6 +28,7 @@ release (the manifest says so).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -38,7 +48,7 @@ from dpspark.arrow import strings
 from dpspark.config import RiskConfig
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.prepare import prepare_grid, read_word_list
-from dpspark.rng import new_job_key
+from dpspark.rng import batch_generator, derive_key, new_job_key
 from dpspark.spark import io, resources, stats
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
@@ -97,12 +107,19 @@ def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bund
     return counts.withColumnRenamed("block", "half")
 
 
-def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[int, dict[str, float]]:
+def attack(
+    counts: DataFrame, prior: DataFrame, top: int = risk.TOP, model: DataFrame | None = None
+) -> dict[int, dict[str, Any]]:
     """``dpspark.risk.reidentification`` with DataFrames: fitted on ``risk.FIT_HALF``, scored on ``risk.SCORE_HALF``.
+
+    The hits are counted per (setting, word) on Spark (the runs of every corpus word in which each
+    attacker reads it back); the driver turns the per-word table into shares and intervals with
+    ``risk.shares``, as the reference does.
 
     Args:
         counts: (half, setting, word, output, count).
         prior: (word, f: its token count, sensitive: boolean).
+        model: the model attacker's guesses (setting, output, word, rank) for the settings that have one.
     """
     keys = ["setting"]
     fit = counts.filter(F.col("half") == risk.FIT_HALF).drop("half")
@@ -116,22 +133,32 @@ def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[int
         .select(*[F.col(k).alias(f"g_{k}") for k in [*keys, "output", "word"]], "rank")
     )
     seen = fit.select(*keys, "output").distinct().withColumn("seen", F.lit(True))
-    # A token's share is f(w)·count(w → u) / (K/2), and every word has K/2 scoring runs (``plan``): the
-    # sums below are of the integers f·count, exact in any partitioning (classic and Spark Connect give
-    # the same bits), and ``risk.finish`` divides them.
-    scored = score.join(F.broadcast(prior), "word").withColumn("share", F.col("f").cast("long") * F.col("count"))
+    scored = score
     # The rank of the true word among the guesses for its output (null: not among them).
     match = [scored[k] == guesses[f"g_{k}"] for k in [*keys, "output", "word"]]
     scored = scored.join(guesses, match, "left").join(seen, [*keys, "output"], "left")
     # An output never seen in the fitted half: the attacker guesses the output itself.
     rank = F.when(F.col("seen").isNull(), F.when(F.col("output") == F.col("word"), F.lit(1))).otherwise(F.col("rank"))
-    hits = [rank == 1, rank <= top, F.col("output") == F.col("word")]
-    sens = F.col("sensitive")
-    sums = [F.sum("share")]
-    sums += [F.sum(F.when(h, F.col("share")).otherwise(0)) for h in hits]
-    sums += [F.sum(F.when(sens, F.col("share")).otherwise(0))]
-    sums += [F.sum(F.when(sens & h, F.col("share")).otherwise(0)) for h in hits]
-    rows = scored.groupBy(*keys).agg(*[s.alias(f"s{i}") for i, s in enumerate(sums)]).collect()
+    hits = {"unchanged": F.col("output") == F.col("word"), "bayes_top1": rank == 1, "bayes_top5": rank <= top}
+    if model is not None:
+        m = model.select(*[F.col(k).alias(f"m_{k}") for k in [*keys, "output", "word"]], F.col("rank").alias("m_rank"))
+        scored = scored.join(F.broadcast(m), [scored[k] == m[f"m_{k}"] for k in [*keys, "output", "word"]], "left")
+        hits.update({"model_top1": F.col("m_rank") == 1, "model_top5": F.col("m_rank") <= top})
+    sums = [F.sum("count").alias("n")]
+    sums += [F.sum(F.when(h, F.col("count")).otherwise(0)).alias(name) for name, h in hits.items()]
+    per_word = scored.groupBy(*keys, "word").agg(*sums).orderBy(*keys, "word").collect()
+    model_settings = set() if model is None else {r["setting"] for r in model.select("setting").distinct().collect()}
+    tables: dict[int, dict[str, list]] = {}
+    for r in per_word:
+        t = tables.setdefault(r["setting"], {})
+        for name in ["word", "n", "unchanged", "bayes_top1", "bayes_top5"]:
+            t.setdefault(name, []).append(r[name])
+        if model is not None:
+            for name in ("model_top1", "model_top5"):
+                t.setdefault(name, []).append(r[name] if r["setting"] in model_settings else math.nan)
+    prior_rows = prior.collect()
+    f = {r["word"]: r["f"] for r in prior_rows}
+    sensitive = {r["word"] for r in prior_rows if r["sensitive"]}
     nw = (
         counts.groupBy(*keys, "word")
         .agg(F.sum(F.when(F.col("output") == F.col("word"), F.col("count")).otherwise(0)).alias("nw"))
@@ -140,7 +167,217 @@ def attack(counts: DataFrame, prior: DataFrame, top: int = risk.TOP) -> dict[int
         .collect()
     )
     nw_by = {r["setting"]: r["nw_mean"] for r in nw}
-    return {r["setting"]: risk.finish([r[f"s{i}"] or 0 for i in range(len(sums))], nw_by[r["setting"]]) for r in rows}
+    return {
+        s: {**risk.shares({k: np.asarray(v) for k, v in t.items()}, f, sensitive), "nw_mean": nw_by[s]}
+        for s, t in tables.items()
+    }
+
+
+def model_attacker(
+    counts: DataFrame, settings: set[int], mechanisms: list, prior: dict[int, float], spark: SparkSession
+) -> tuple[DataFrame | None, dict[int, float]]:
+    """The model attacker of ``settings`` (``risk.fit_beta`` on the fitted runs of ``risk.model_words``,
+    collected to the driver: counts of public-noise draws, no text) as a DataFrame of guesses
+    (setting, output, word, rank), and each setting's β."""
+    if not settings:
+        return None, {}
+    words = [int(w) for w in risk.model_words(np.array(sorted(prior), dtype=np.int64))]
+    fit = (
+        counts.filter((F.col("half") == risk.FIT_HALF) & F.col("setting").isin(sorted(settings)))
+        .filter(F.col("word").isin(words))
+        .collect()
+    )
+    betas: dict[int, float] = {}
+    cols: dict[str, list] = {"setting": [], "output": [], "word": [], "rank": []}
+    by_space: dict[int, dict[int, float]] = {}
+    for s in sorted(settings):
+        pairs = {(r["word"], r["output"]): r["count"] for r in fit if r["setting"] == s}
+        betas[s] = risk.fit_beta(mechanisms[s].space, pairs)
+        by_space.setdefault(id(mechanisms[s].space), {})[s] = betas[s]
+    for group in by_space.values():
+        space = mechanisms[next(iter(group))].space
+        for (s, u), ws in sorted(risk.model_guesses_many(space, group, prior).items()):
+            for i, w in enumerate(ws):
+                cols["setting"].append(s), cols["output"].append(u), cols["word"].append(w), cols["rank"].append(i + 1)
+    table = pa.table({k: pa.array(v, pa.int32() if k == "rank" else pa.int64()) for k, v in cols.items()})
+    return spark.createDataFrame(table), betas  # from Arrow: V·top rows per setting, fast
+
+
+def doc_exposures(
+    df: DataFrame,
+    column: str,
+    index: dict[str, int],
+    sensitive: set[int],
+    bundle: str,
+    settings: list[int],
+    runs: int,
+    job_key: bytes,
+) -> dict[int, tuple[list[float], bool]]:
+    """Per setting: the exposure of every row holding a sensitive word (``risk.doc_exposure``), computed
+    on the executors from the shipped bundle's mechanisms, and whether it is exact. A row's draws come
+    from ``batch_generator(key, row id, setting)`` under a key of their own (derived from ``job_key``), the
+    row id ``monotonically_increasing_id`` (stable for the same input files). Only the exposures (numbers
+    per row, no text) reach the driver."""
+    key = derive_key(job_key, "doc-exposure")
+
+    def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        mechs = resources.resources(bundle).mechanisms()
+        for b in batches:
+            texts, ids = decode_strings(b.column(0))[0], b.column(1).to_pylist()
+            out: dict[str, list] = {"setting": [], "exposure": [], "exact": []}
+            for text, rid in zip(texts, ids):
+                toks = [index[t] for t in tokenize(text)[0] if t in index] if text else []
+                sens = sorted(set(toks) & sensitive)
+                if not sens:
+                    continue
+                for s in settings:
+                    value, exact = risk.doc_exposure(
+                        mechs[s], np.array(toks), np.array(sens), runs, batch_generator(key, rid, s)
+                    )
+                    out["setting"].append(s)
+                    out["exposure"].append(value)
+                    out["exact"].append(exact)
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "setting": pa.array(out["setting"], pa.int64()),
+                    "exposure": pa.array(out["exposure"], pa.float64()),
+                    "exact": pa.array(out["exact"], pa.bool_()),
+                }  # fmt: skip
+            )
+
+    fields = [
+        T.StructField("setting", T.LongType()),
+        T.StructField("exposure", T.DoubleType()),
+        T.StructField("exact", T.BooleanType()),
+    ]
+    text = df.select(F.col(quote(column)), F.monotonically_increasing_id().alias("__row"))
+    result: dict[int, tuple[list[float], bool]] = {s: ([], True) for s in settings}
+    for r in map_in_arrow(text, rows, fields).collect():
+        values, exact = result[r["setting"]]
+        values.append(r["exposure"])
+        result[r["setting"]] = (values, exact and r["exact"])
+    return result
+
+
+def fit_cap(config: RiskConfig) -> int:
+    """The most fitting runs per word the doubling may reach: ``--max-fit-runs``, by default 16 × K/2."""
+    return config.max_fit_runs or 16 * (config.runs // 2)
+
+
+def risk_rows(
+    spark: SparkSession,
+    config: RiskConfig,
+    grid: Any,
+    bundle: str,
+    prior: dict[int, float],
+    sensitive: set[int],
+    doc: tuple[DataFrame, str, dict[str, int], set[int]] | None = None,
+) -> tuple[list[dict], int]:
+    """The figures of every setting of ``grid`` as rows (dicts; nothing written): every attacker's shares
+    and 95% intervals, the strongest attacker's (``top1``, ``top5``, ``attacker``), the convergence of the
+    fitted likelihoods and, with ``doc``, the per-document exposure; and the number of draws.
+
+    1. K runs per corpus word (``plan``), K/2 to fit the attack and K/2 to score it.
+    2. Settings with exact likelihoods (``distribution``): the exact attacker, exact shares
+       (``risk.exact_reidentification``); the runs' estimate stays beside them (``estimated_*``).
+    3. The others: the fitted attacker and the model attacker, scored on the same K/2 runs. The
+       fitting runs are doubled (new draws added to those already drawn) until the reported top-1
+       and top-5 move by less than ``config.precision``, or ``config.max_fit_runs`` is reached
+       (``converged`` False); ``fit_curve`` holds every step.
+
+    Args:
+        grid: the prepared grid (``dpspark.prepare.prepare_grid``), its bundle shipped as ``bundle``.
+        prior: corpus word (embedding row) → its number of tokens, the words measured.
+        sensitive: the embedding rows of the sensitive words among ``prior``.
+        doc: (corpus, text column, token → embedding row of every corpus token with a vector, embedding
+            rows of the sensitive words): the per-document exposure, ``config.doc_runs`` runs per row.
+    """
+    specs, mechs = grid.specs, grid.mechanisms()
+    rows = np.array(sorted(prior), dtype=np.int64)
+    half = config.runs // 2
+    items = plan(specs, rows, config.runs, config.words_per_task, half)
+    job_key = new_job_key(config.seed)
+    exact = {i: risk.exact_reidentification(m, prior, sensitive, runs=config.runs) for i, m in enumerate(mechs)}
+    fitted = {i for i, e in exact.items() if e is None}
+    prior_df = spark.createDataFrame(
+        [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
+    )
+    fit_runs = dict.fromkeys(range(len(specs)), half)
+    cap = fit_cap(config)
+    curve: dict[int, list[dict]] = {i: [] for i in range(len(specs))}
+    converged: dict[int, bool | None] = dict.fromkeys(range(len(specs)))
+    betas: dict[int, float] = {}
+    with io.SqlConf(spark, shuffle_settings(spark)):
+        counts = pair_counts(spark, items, job_key, bundle).persist(StorageLevel.MEMORY_AND_DISK)  # no raw text
+        try:
+            model, betas = model_attacker(counts, fitted, mechs, prior, spark)
+            result = attack(counts, prior_df, model=model)
+            nw = {i: r["nw_mean"] for i, r in result.items()}  # Nw out of the first K runs, as privacy-stats
+            for i in fitted:
+                curve[i].append({"fit_runs": half, "top1": result[i]["top1"], "top5": result[i]["top5"]})
+            pending = set(fitted)
+            while pending and 2 * max(fit_runs[i] for i in pending) <= cap:
+                extra = risk.more_fit_items(items, pending, max(fit_runs[i] for i in pending))
+                items += extra
+                more = pair_counts(spark, extra, job_key, bundle).withColumn("half", F.lit(risk.FIT_HALF).cast("long"))
+                grown = (
+                    counts.unionByName(more)
+                    .groupBy("half", "setting", "word", "output")
+                    .agg(F.sum("count").alias("count"))
+                    .persist(StorageLevel.MEMORY_AND_DISK)
+                )
+                counts.unpersist()
+                counts = grown
+                now = counts.filter(F.col("setting").isin(sorted(pending)))
+                model, more_betas = model_attacker(now, pending, mechs, prior, spark)
+                betas.update(more_betas)
+                step = attack(now, prior_df, model=model)
+                for i in sorted(pending):
+                    fit_runs[i] *= 2
+                    curve[i].append({"fit_runs": fit_runs[i], "top1": step[i]["top1"], "top5": step[i]["top5"]})
+                    if not risk.moved(result[i], step[i], config.precision):
+                        converged[i] = True
+                        pending.discard(i)
+                    result[i] = step[i]
+            for i in pending:
+                converged[i] = False
+        finally:
+            counts.unpersist()
+    exposure = {}
+    if doc is not None:
+        exposure = doc_exposures(*doc, bundle, list(range(len(specs))), config.doc_runs, job_key)
+
+    axes = report.axis_names()
+    out = []
+    for i, spec in enumerate(specs):
+        fields = result[i]
+        likelihood = "estimated: fitted runs and the model attacker"
+        if exact[i] is not None:
+            fields = {**risk.exact_row(exact[i]), **{f"estimated_{k}": result[i][k] for k in risk.RATES}}
+            likelihood = "exact (closed form)"
+        row = {
+            "mechanism": spec.name,
+            "setting": report.series_label(spec.name, {a: spec.axes().get(a) for a in axes}),
+            "epsilon": spec.epsilon,
+            **{a: spec.axes().get(a) for a in axes},
+            "runs": config.runs,
+            "likelihood": likelihood,
+            **{f"estimated_{k}": None for k in risk.RATES},
+            **fields,
+            "nw_mean": nw[i],
+            "fit_runs": fit_runs[i],
+            "converged": converged[i],
+            "fit_curve": curve[i],
+            "model_beta": betas.get(i),
+        }
+        if doc is not None:
+            values, is_exact = exposure[i]
+            v, lo, hi = risk.doc_interval(np.array(values), config.doc_runs, is_exact)
+            row.update({"doc_exposure": v, "doc_exposure_lo": lo, "doc_exposure_hi": hi, "doc_rows": len(values)})
+            row["doc_exposure_exact"] = is_exact
+        out.append(row)
+    draws = sum(len(it.rows) * it.runs for it in items)  # the fitting runs added included
+    return out, draws
 
 
 def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: DataFrame | None = None) -> dict:
@@ -181,64 +418,53 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         if grid.annoy is not None:
             (out.local / "index.ann").unlink(missing_ok=True)
         noise_lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
-        rows = np.array(sorted(prior), dtype=np.int64)
         half = config.runs // 2
-        items = plan(specs, rows, config.runs, config.words_per_task, half)
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        prior_df = spark.createDataFrame(
-            [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
-        )
-        with io.SqlConf(spark, shuffle_settings(spark)):
-            counts = pair_counts(spark, items, new_job_key(config.seed), shipment.name)
-            counts = counts.persist(StorageLevel.MEMORY_AND_DISK)  # noise counts only, no raw text
-            try:
-                result = attack(counts, prior_df)
-            finally:
-                counts.unpersist()
-        # Closed-form mechanisms: the attacker with exact likelihoods, exact shares; the runs' estimate
-        # stays beside them as a check (estimated_*).
-        likelihood = ["estimated from K/2 fitted runs"] * len(specs)
-        for i, mech in enumerate(grid.mechanisms()):
-            exact = risk.exact_reidentification(mech, prior, sensitive, runs=config.runs)
-            if exact is not None:
-                estimated = result[i]
-                result[i] = {**exact, **{f"estimated_{k}": estimated[k] for k in risk.RATES}}
-                likelihood[i] = "exact (closed form)"
+        doc = None
+        if config.sensitive_words:
+            index = {t: emb.word_index[t] for t in tokens if t in emb.word_index}
+            listed = {emb.word_index[w] for w in words if w in emb.word_index}
+            doc = (df, config.text_column, index, listed & set(index.values()))
+        table_rows, draws = risk_rows(spark, config, grid, shipment.name, prior, sensitive, doc)
         risk_s = time.perf_counter() - t0
-
-        axes = report.axis_names()
-        table_rows = [
-            {
-                "mechanism": spec.name,
-                "setting": report.series_label(spec.name, {a: spec.axes().get(a) for a in axes}),
-                "epsilon": spec.epsilon,
-                **{a: spec.axes().get(a) for a in axes},
-                "runs": config.runs,
-                "likelihood": likelihood[i],
-                **{f"estimated_{k}": None for k in risk.RATES},
-                **result[i],
-            }
-            for i, spec in enumerate(specs)
-        ]
         pq.write_table(pa.Table.from_pylist(table_rows), out.local / "risk.parquet")
         coverage = sum(prior.values()) / embedded_tokens
         notes = [
             f"Attacker: knows the mechanism ({', '.join(dict.fromkeys(spec.name for spec in specs))}), the "
             f"embedding, the {len(vocab_rows)}-word "
-            "vocabulary and the corpus word frequencies; guesses argmax prior(w)·P(u|w).",
-            f"P(u|w) from K/2 = {half} runs per word, scored on the other {half} independent runs. "
+            "vocabulary and the corpus word frequencies. Reported: the strongest of three attackers on the same "
+            "scoring runs (column `attacker`): the identity guess (each released word is its own original: "
+            "its top-1 is the unchanged share), the Bayes guess argmax prior(w)·P(u|w) with exact likelihoods "
+            "where the mechanism has a closed form, else with likelihoods fitted on the runs (`bayes`), and "
+            "for the latter also the model guess with P(u|w) ∝ exp(−β·d(w,u)), β fitted by maximum likelihood "
+            "on the same runs (`model`).",
+            f"Fitted likelihoods from K/2 = {half} runs per word, doubled with new runs until top-1 and top-5 move "
+            f"by less than {100 * config.precision:g} percentage points (at most {fit_cap(config)} fitting runs); "
+            f"scored on the other {half} independent runs. "
             f"{len(prior)} corpus words with a vector, {100 * coverage:.1f}% of the tokens with a vector "
             f"({100 * embedded_tokens / all_tokens:.1f}% of all tokens; the rest are released as [UNK]).",
+            "In brackets: 95% intervals over the scoring runs (per-word binomial, Agresti–Coull; zero width "
+            "for exact figures).",
         ]
+        unconverged = [r["setting"] + f" ε={r['epsilon']:g}" for r in table_rows if r["converged"] is False]
+        if unconverged:
+            notes.append(
+                f"Not converged at {fit_cap(config)} fitting runs (raise --max-fit-runs): {', '.join(unconverged)}."
+            )
         if config.sensitive_words:
             notes.append(f"Sensitive words: {len(sensitive)} of the {sensitive_given} listed occur in the corpus.")
+            notes.append(
+                f"Per-document exposure: the share of the {table_rows[0]['doc_rows']} rows holding a sensitive word "
+                "in which one of their sensitive words appears anywhere in the perturbed row (exact where the "
+                f"mechanism has a closed form, else from {config.doc_runs} perturbations of each row)."
+            )
         (out.local / "summary.md").write_text(
             risk.summary_md(table_rows, "Re-identification risk", notes), encoding="utf-8"
         )
         plot = risk.write_plot(table_rows, out.local, len(prior), len(vocab_rows), emb.name)
-        draws = len(specs) * len(rows) * config.runs
+        first_draws = len(specs) * len(prior) * config.runs
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-risk",
@@ -256,7 +482,12 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "runs": config.runs,
             "fit_runs": half,
             "score_runs": half,
-            "attacker": "argmax_w prior(w)·P(u|w) (top-1 and top-5); unseen outputs guessed as themselves",
+            "attacker": "the strongest per setting (column attacker) of: identity (u is its own original); bayes, "
+            "argmax_w prior(w)·P(u|w) with exact likelihoods where the mechanism has a closed form, else fitted "
+            "counts (unseen outputs guessed as themselves); model, P(u|w) ∝ exp(−β·d(w,u)) with β fitted on the runs",
+            "precision": config.precision,
+            "max_fit_runs": fit_cap(config),
+            "doc_runs": config.doc_runs if config.sensitive_words else None,
             "corpus": {
                 "tokens": all_tokens,
                 "tokens_with_vector": embedded_tokens,
@@ -264,10 +495,12 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
                 "token_coverage": coverage,
                 "sensitive_words_listed": sensitive_given,
                 "sensitive_words_in_corpus": len(sensitive),
+                "rows_with_sensitive_word": table_rows[0].get("doc_rows"),
             },
             "euclidean_epsilon_factor": {lam: grid.space.geometry(lam).euclidean_epsilon(1.0) for lam in noise_lams},
             **mechanism_fields(config, emb, vocab_rows, grid.annoy),
-            "draws": draws,
+            "draws": first_draws,
+            "fit_draws_added": draws - first_draws,
             "results": table_rows,
             "files": ["risk.parquet", "summary.md", plot],
             "timings": {"preparation_s": round(prep_s, 3), "risk_s": round(risk_s, 3)},

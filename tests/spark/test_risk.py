@@ -3,6 +3,9 @@ likelihoods where the mechanism has a closed form, the Monte Carlo attacker besi
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -13,13 +16,15 @@ from dpspark.evaluation.datasets import sms_spam
 from dpspark.prepare import prepare_grid
 from dpspark.rng import SeededRunWarning
 from dpspark.spark import resources
-from dpspark.spark.risk import attack, pair_counts, run_privacy_risk
+from dpspark.spark.risk import attack, model_attacker, pair_counts, run_privacy_risk
 from dpspark.stats import compute_counts, plan
 
 pytestmark = pytest.mark.spark
 
 
 def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tmp_path):
+    """Every attacker's per-word hits, the shares, their intervals and the strongest attacker: the Spark
+    job and the numpy reference agree for every setting, the model attacker (fitted β) included."""
     config = RiskConfig.parse(
         {"text_column": "t", "output": "o", "mechanisms": "laplace,vickrey,tem", "epsilons": "5,10", "vocab_size": 2000}
     )
@@ -33,16 +38,25 @@ def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tm
     prior_df = spark.createDataFrame(
         [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
     )
-    on_spark = attack(counts, prior_df)
+    mechs = grid.mechanisms()
+    noisy = {0, 1, 2, 3}  # laplace and vickrey: no closed form
+    model_df, betas = model_attacker(counts, noisy, mechs, prior, spark)
+    on_spark = attack(counts, prior_df, model=model_df)
     counts.unpersist()
     ship.close()
-    mechs = grid.mechanisms()
     fit = compute_counts([it for it in items if it.block == risk.FIT_HALF], b"k" * 16, mechs)
     score = compute_counts([it for it in items if it.block == risk.SCORE_HALF], b"k" * 16, mechs)
-    reference = risk.reidentification(fit, score, prior, sensitive)
+    model = {}
+    for s in sorted(noisy):
+        beta = risk.fit_beta(mechs[s].space, {(w, u): c for (t, w, u), c in fit.items() if t == s})
+        assert betas[s] == pytest.approx(beta, rel=1e-12)
+        model.update(risk.model_guesses(mechs[s].space, beta, prior, s))
+    reference = risk.reidentification(fit, score, prior, sensitive, model=model)
     assert on_spark.keys() == reference.keys() == set(range(len(grid.specs)))
     for key in reference:
         assert on_spark[key] == pytest.approx(reference[key], nan_ok=True), key
+        assert on_spark[key]["top1"] >= on_spark[key]["unchanged"]
+        assert math.isnan(on_spark[key]["model_top1"]) == (key not in noisy)
 
 
 def test_privacy_risk_mixes_mechanisms_with_exact_likelihoods(spark, tmp_path):
@@ -59,6 +73,11 @@ def test_privacy_risk_mixes_mechanisms_with_exact_likelihoods(spark, tmp_path):
         exact = r["mechanism"] in ("tem", "santext")
         assert r["likelihood"].startswith("exact") == exact
         assert (r["estimated_top1"] is not None) == exact
+        assert r["top1"] >= r["identity_top1"] == r["unchanged"] and r["top5"] >= r["top1"]
+        assert r["top1"] == r[f"{r['attacker']}_top1"] and r["top5"] == r[f"{r['attacker_top5']}_top5"]
+        assert r["top1_lo"] <= r["top1"] <= r["top1_hi"]
+        assert (r["top1_lo"] == r["top1_hi"]) == exact  # exact figures: zero-width intervals
+        assert (r["converged"] is None) == exact and (r["model_beta"] is None) == exact
         if exact:
             # The attacker fitted on K/2 = 10 runs is weaker than the one with exact likelihoods; both
             # see the same unchanged share up to sampling error.
@@ -66,6 +85,71 @@ def test_privacy_risk_mixes_mechanisms_with_exact_likelihoods(spark, tmp_path):
             assert r["estimated_unchanged"] == pytest.approx(r["unchanged"], abs=0.05)
     table = pq.read_table(tmp_path / "r" / "risk.parquet")
     assert {"mechanism", "setting", "epsilon", "lambda", "likelihood", "top1"} <= set(table.column_names)
+    new = {"attacker", "top1_lo", "top1_hi", "bayes_top1", "identity_top1", "model_top1", "fit_runs", "converged"}
+    assert new <= set(table.column_names)
     md = (tmp_path / "r" / "summary.md").read_text()
     assert "| tem β=0.001 |" in md and "| laplace |" in md and "| santext |" in md
+    laplace = rows[1]  # ε = 10: its figures carry intervals in the summary
+    assert f"{100 * laplace['top1']:.1f} ({100 * laplace['top1_lo']:.1f}–{100 * laplace['top1_hi']:.1f})" in md
     assert m["mechanisms"] == ["laplace", "tem", "santext"] and len(m["settings"]) == 6
+
+
+REVIEWS = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
+
+
+def test_the_default_figure_agrees_with_ten_times_the_runs(spark, tmp_path):
+    """CMP at ε = 10, λ = 0 and 1 on the shipped sample: the reported top-1 and top-5 at the default
+    K = 20 lie within 95% intervals of a run at K = 200 (other draws), and vice versa. The attacker
+    fitted on K/2 runs alone (today's figure) does not: the strongest-attacker rule is what makes it."""
+    common = {"input": str(REVIEWS), "text_column": "text", "mechanisms": "laplace,mahalanobis", "lambdas": "1"}
+    common |= {"epsilons": "10", "vocab_size": 2000}
+    with pytest.warns(SeededRunWarning):
+        default = run_privacy_risk(RiskConfig.parse({**common, "output": str(tmp_path / "a"), "seed": 1}), spark)
+        tenfold = run_privacy_risk(
+            RiskConfig.parse({**common, "output": str(tmp_path / "b"), "seed": 2, "runs": 200}), spark
+        )
+    today_off = 0
+    for a, b in zip(default["results"], tenfold["results"]):
+        assert a["setting"] == b["setting"] and a["runs"] == 20 and b["runs"] == 200
+        assert a["converged"] is True and a["fit_runs"] <= 40  # default cost: at most 2 × K/2 extra fitting runs
+        for k in ("top1", "top5"):
+            assert a[f"{k}_lo"] <= b[k] <= a[f"{k}_hi"], (a["setting"], k, a[k], b[k])
+            assert b[f"{k}_hi"] - b[f"{k}_lo"] < a[f"{k}_hi"] - a[f"{k}_lo"]  # more runs, narrower interval
+            today_off += not a[f"bayes_{k}_lo"] <= b[k] <= a[f"bayes_{k}_hi"]
+    assert today_off >= 1, "the fitted attacker alone agrees too: the test shows nothing"
+
+
+def test_per_document_exposure_known_answers(spark, glove, tmp_path):
+    """A hand-made corpus: SanText at a huge ε is the identity (every row with a name shows it: 100%),
+    TEM at ε = 2 gives the exact 1 − Π_j (1 − Σ_s P(s | t_j)) computed here by hand, and CMP at a huge ε
+    (no closed form: each row perturbed ``doc_runs`` times) shows every name in every run; CMP at ε = 2
+    (sampled) shows fewer."""
+    texts = ["tom went to london with tom", "the cat sat on the mat", "london is large", "we met tom", "no names"]
+    df = spark.createDataFrame([(t,) for t in texts], "text string")
+    sensitive = tmp_path / "names.txt"
+    sensitive.write_text("Tom\nLondon\nzzzqqq\n", encoding="utf-8")
+    values = {"text_column": "text", "output": str(tmp_path / "r"), "vocab_size": 2000, "seed": 4}
+    values |= {"mechanisms": "santext,tem,laplace", "epsilons": "2,5000"}
+    values |= {"sensitive_words": str(sensitive), "doc_runs": 7, "runs": 4}
+    with pytest.warns(SeededRunWarning):
+        m = run_privacy_risk(RiskConfig.parse(values), spark, df=df)
+    by = {(r["mechanism"], r["epsilon"]): r for r in m["results"]}
+    santext, tem, laplace = by[("santext", 5000.0)], by[("tem", 2.0)], by[("laplace", 5000.0)]
+    assert m["corpus"]["rows_with_sensitive_word"] == 3 == santext["doc_rows"] == tem["doc_rows"]
+    assert santext["doc_exposure"] == santext["doc_exposure_lo"] == santext["doc_exposure_hi"] == 1.0
+    assert santext["doc_exposure_exact"] and tem["doc_exposure_exact"] and not laplace["doc_exposure_exact"]
+    assert laplace["doc_exposure"] == 1.0 and laplace["doc_exposure_lo"] < 1.0 == laplace["doc_exposure_hi"]
+    assert by[("laplace", 2.0)]["doc_exposure"] < 0.5 and not by[("laplace", 2.0)]["doc_exposure_exact"]
+    config = RiskConfig.parse(values)
+    mech = prepare_grid(config, config.settings(), tmp_path / "w").mechanisms()[2]
+    assert (mech.spec.name, mech.spec.epsilon) == ("tem", 2.0)
+    names = [glove.word_index["tom"], glove.word_index["london"]]
+    pos = [int(np.flatnonzero(mech.vocab_rows == r)[0]) for r in names]
+    by_hand = []  # a row's own sensitive words count: "london is large" exposes London only
+    for text, own in ((texts[0], [0, 1]), (texts[2], [1]), (texts[3], [0])):
+        p = mech.distribution(np.array([glove.word_index[t] for t in text.split()]))
+        by_hand.append(1 - np.prod(1 - sum(p[:, pos[i]] for i in own)))
+    assert tem["doc_exposure"] == pytest.approx(np.mean(by_hand), rel=1e-9)
+    assert 0.05 < tem["doc_exposure"] < 0.95 and tem["doc_exposure_lo"] == tem["doc_exposure_hi"]
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "rows holding a sensitive word" in md and "of the 3 rows holding a sensitive word" in md
