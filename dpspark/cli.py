@@ -45,6 +45,10 @@ COMMANDS = {
         "RiskConfig",
         "re-identification risk: the share of corpus tokens an informed attacker recovers, per ε and λ",
     ),
+    "compare": (
+        "CompareConfig",
+        "mechanisms side by side on labelled data: utility, re-identification, the field's metrics, equal privacy",
+    ),
     "evaluate-vectors": (
         "EvaluateVectorsConfig",
         "PrivEmb (M2) against M1: distance, inner-product and linear-classifier utility (paper §5)",
@@ -88,6 +92,12 @@ EXAMPLES = {
         "dpspark privacy-risk --input out/sms_spam.parquet --text-column text --output out/risk",
         "dpspark privacy-risk --input out/sms_spam.parquet --text-column text --runs 20 "
         "--sensitive-words names.txt --output out/risk",
+    ),
+    "compare": (
+        "dpspark compare --input out/sms_spam.parquet --text-column text --label-column label "
+        "--mechanisms laplace,mahalanobis,tem,custext --epsilons 1,5,10,20 --output out/compare",
+        "dpspark compare --input out/sms_spam.parquet --text-column text --label-column label "
+        "--mechanisms laplace,santext --max-utility-loss 0.02 --max-reidentification 0.1 --output out/compare",
     ),
     "evaluate-vectors": (
         "dpspark evaluate-vectors --output out/evaluate_vectors",
@@ -293,6 +303,8 @@ def exit_codes(command: str) -> list[tuple[int, str]]:
                 "nothing meets the bounds: no ε of the grid (with utility / risk bounds: no (ε, λ))",
             )
         )
+    if command == "compare":
+        codes.append((NO_EPSILON_MEETS_BOUNDS, "no setting of the grid meets --max-utility-loss / --max-reidentification"))
     return sorted(codes)
 
 
@@ -458,6 +470,21 @@ def _cmd_privacy_risk(c: Any) -> int:
     return 0
 
 
+def _cmd_compare(c: Any) -> int:
+    from dpspark.spark.compare import run_compare
+
+    m = run_compare(c)
+    md = Path(c.output) / "report.md"
+    _print(md.read_text(encoding="utf-8") if md.is_file() else m["recommendation"])
+    t = m["timings"]
+    _print(f"\n{t['grid_points']} settings, {t['per_grid_point_s']} s each; report.md, report.html in {c.output}")
+    bounded = c.max_utility_loss is not None or c.max_reidentification is not None
+    if bounded and m["recommended"] is None:
+        print("dpspark compare: no setting of the grid meets these bounds", file=sys.stderr)
+        return NO_EPSILON_MEETS_BOUNDS
+    return 0
+
+
 def _cmd_evaluation(command: str, c: Any) -> int:
     try:
         from dpspark.evaluation import embedding_report, privemb_eval
@@ -530,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _cmd_evaluate_utility(c)
             if command == "privacy-risk":
                 return _cmd_privacy_risk(c)
+            if command == "compare":
+                return _cmd_compare(c)
             return _cmd_evaluation(command, c)
     except Exception as exc:
         code = explain_failure(command, exc)

@@ -13,37 +13,12 @@ from dpspark import report, risk
 from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
 from dpspark.config import EvaluateUtilityConfig, RiskConfig
 from dpspark.embeddings import load_default
-from dpspark.evaluation.datasets import sms_spam, sms_spam_table
+from dpspark.evaluation.datasets import sms_spam_table
 from dpspark.rng import SeededRunWarning
 from dpspark.spark.risk import run_privacy_risk
 from dpspark.spark.utility import run_evaluate_utility
-from dpspark.text import tokenize
 
 pytestmark = pytest.mark.spark
-
-ROWS = 600
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """The first 600 SMS messages, each rewritten as its tokens that have a vector (joined by
-    spaces): so a mechanism without noise gives back exactly the text the baseline sees."""
-    index = load_default().word_index
-    table = pq.read_table(sms_spam(tmp_path_factory.mktemp("sms"), rows=ROWS))
-    texts = [" ".join(t for t in tokenize(s)[0] if t in index) for s in table.column("text").to_pylist()]
-    path = tmp_path_factory.mktemp("clean") / "sms_embedded.parquet"
-    pq.write_table(table.set_column(1, "text", pa.array(texts, pa.string())), path)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def corpus_vocab(data, tmp_path_factory):
-    """Every corpus word as the output vocabulary: with a huge ε the mechanism is the identity
-    (noise radius d/ε ≈ 5e-5, far below the distance between two words)."""
-    words = sorted({t for s in pq.read_table(data).column("text").to_pylist() for t in s.split()})
-    path = tmp_path_factory.mktemp("vocab") / "corpus_words.txt"
-    path.write_text("\n".join(words), encoding="utf-8")
-    return str(path)
 
 
 def utility_run(spark, data, out, **settings):
@@ -278,4 +253,4 @@ def test_mllib_fits_and_predicts_after_a_release_in_the_same_session(spark, data
     model = LogisticRegression(maxIter=5).fit(train)
     predicted = model.transform(train).select("prediction").collect()
     assert len(predicted) == 40 and {r[0] for r in predicted} <= {0.0, 1.0}
-    assert spark.read.parquet(str(out)).count() == ROWS
+    assert spark.read.parquet(str(out)).count() == pq.read_table(data).num_rows

@@ -1,0 +1,844 @@
+"""``dpspark compare``: the word mechanisms side by side on a labelled dataset, and at equal
+empirical privacy (issue: "Choose a mechanism and ε from evidence").
+
+One Spark job, built from the engines the other commands use:
+
+1. the labelled input, its fixed train/test split and the non-private baseline model, as
+   ``evaluate-utility`` makes them (``dpspark.spark.utility``);
+2. for every setting of the grid (mechanisms × ε × each mechanism's own axes), R independent
+   perturbations through the release's own executor transform:
+   - **utility**: train-time (train on perturbed, test on plain) and test-time (the baseline
+     model on perturbed test), mean and 95% interval over the R repeats;
+   - **the field's privacy metrics** on the perturbed test split against its original, summed
+     per partition on the executors (``dpspark.evaluation.field_metrics``): PP, LOW, CS, the
+     share of dictionary words;
+3. **re-identification** over the whole text column with the ``privacy-risk`` engine (its
+   strongest attacker, intervals), beside the attacker's floor: guessing the corpus's most
+   frequent words whatever the output (prior only);
+4. MLDP's Nw/Sw (25 words × 100 trials, Sw without the word itself) and PUC, per setting;
+5. **equal empirical privacy**: per mechanism, the ε at which top-1 re-identification (and the
+   mean Nw as a share of K) reaches the target, by monotone interpolation over the grid, refined
+   by extra ε points where the target falls between two grid points (``--refine`` rounds), and
+   the utility there;
+6. the recommendation under the user's bounds (``calibrate``'s: ``--max-utility-loss``,
+   ``--max-reidentification``), or without bounds the best utility among the settings whose
+   top-1 re-identification interval lies below the target; or why none qualifies, and where the
+   feasible region would lie;
+7. one report (``report.md``, a self-contained ``report.html``, ``frontier.png``),
+   ``compare.parquet`` (a row per setting), ``equal_privacy.parquet`` and a manifest, committed
+   all-or-nothing (``dpspark.spark.reports``); logged to MLflow when it is installed and a run
+   is active.
+
+The outputs are computed from the raw data (the baseline, the examples, every figure): an
+evaluation for the data owner, not a release. The manifest and the report say so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+import dpspark
+from dpspark import mechanisms, report, utility
+from dpspark.config import CompareConfig
+from dpspark.errors import ConfigError
+from dpspark.evaluation import compare_report as cr
+from dpspark.evaluation import field_metrics as fm
+from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY, MechanismSpec
+from dpspark.prepare import Prepared, prepare_grid, read_word_list
+from dpspark.progress import Progress, describe
+from dpspark.rng import derive_key, new_job_key
+from dpspark.spark import io, lineage, resources
+from dpspark.spark.reports import ReportOutput
+from dpspark.spark.session import get_session, quiet_spark_logs
+from dpspark.spark.transform import count_columns, map_in_arrow, perturb
+from dpspark.spark.utility import (
+    TEXT,
+    Model,
+    check_input,
+    check_mllib,
+    label_classes,
+    labelled_frame,
+    prepare_settings,
+    setting_key,
+    split,
+)
+from dpspark.text import tokenize
+
+log = logging.getLogger("dpspark")
+
+PRIVACY_NOTE = (
+    "An evaluation for the data owner, not a release: the baseline, the examples and every figure are computed "
+    "from the raw data. Keep these files with the raw data."
+)
+ORIGINAL = f"{TEXT}_original"  # the transform's keep_original column
+
+
+def with_epsilon(spec: MechanismSpec, epsilon: float) -> MechanismSpec:
+    """The same setting at another ε (a refinement point)."""
+    return mechanisms.parse({**spec.parameters(), "epsilon": float(epsilon)})
+
+
+def series_of(spec: MechanismSpec) -> str:
+    """The setting without ε: one line of the frontier, one row of the equal-privacy table."""
+    axes = report.axis_names()
+    return report.series_label(spec.name, {a: spec.axes().get(a) for a in axes})
+
+
+def run_compare(config: CompareConfig, spark: SparkSession | None = None, df: DataFrame | None = None) -> dict:
+    """Run the comparison (see the module docstring); return the manifest."""
+    started, t_start = datetime.now(timezone.utc).isoformat(), time.time()
+    if df is None and not config.input:
+        raise ConfigError("input: give the labelled Parquet dataset (--input PATH)")
+    spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
+    check_mllib(spark)
+    files = lineage.sources(df).paths if df is not None else None
+    with ReportOutput(spark, config.input, config.output, config.write_mode, "comparison", files) as out:
+        if df is None:
+            df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
+        check_input(df, config)
+        with io.SqlConf(spark, {"spark.sql.shuffle.partitions": "4"}):
+            values, keys, class_counts = label_classes(df, config.label_column)
+            rows = sum(class_counts)
+            train, test = split(labelled_frame(df, config, keys, rows), config, values, rows)
+        try:
+            with quiet_spark_logs(spark):
+                manifest = Comparison(spark, config, df, train, test, values, class_counts, out).run()
+        finally:
+            train.unpersist()
+            test.unpersist()
+        manifest.update(run_id=out.run_id, started_at=started, duration_s=round(time.time() - t_start, 3))
+        out.commit(manifest)
+    log.info("compare finished in %.1f s", manifest["duration_s"])
+    return manifest
+
+
+class Comparison:
+    """One run of ``compare``: the state its steps share (the split, the baseline, the grid)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: CompareConfig,
+        df: DataFrame,
+        train: DataFrame,
+        test: DataFrame,
+        values: list[Any],
+        class_counts: list[int],
+        out: ReportOutput,
+    ) -> None:
+        self.spark, self.config, self.df, self.train, self.test, self.out = spark, config, df, train, test, out
+        self.values, self.class_counts = values, class_counts
+        self.n_classes = len(values)
+        self.metrics = utility.metric_names(self.n_classes)
+        if config.utility_metric not in self.metrics:
+            raise ConfigError(
+                f"utility_metric {config.utility_metric!r} is not measured for {self.n_classes} classes: choose one "
+                f"of {', '.join(self.metrics)}"
+            )
+        self.model = Model(config.model, self.n_classes)
+        self.master = new_job_key(config.seed)
+        self.workdir = resources.scratch_dir() / f"compare-{out.run_id}"
+        self.ships: list[resources.Shipment] = []
+        self.points: list[dict[str, Any]] = []  # one per setting measured, in order
+        self.timings: dict[str, float] = {}
+
+    # --- the steps -------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        c = self.config
+        try:
+            t0 = time.perf_counter()
+            self.emb = c.load_embeddings()
+            specs = c.settings()
+            preps = prepare_settings(c, specs, self.emb, self.workdir / "grid")
+            self.first = preps[0]
+            self.timings["preparation_s"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            describe(self.spark, "compare", "non-private baseline", self.out.run_id)
+            self.ships.append(resources.ship(self.spark, self.first.write_bundle))
+            self.base_bundle = self.ships[0].name
+            self.fitted_plain = self.model.fit(self.train, self.base_bundle)
+            self.baseline = self.model.score(self.fitted_plain, self.test, self.base_bundle)
+            self.corpus = self.corpus_facts()
+            self.timings["baseline_s"] = time.perf_counter() - t0
+
+            self.measure(preps, "grid")
+            for round_ in range(c.refine):
+                extra = self.refinements()
+                if not extra:
+                    break
+                more = prepare_settings(c, extra, self.emb, self.workdir / f"refine-{round_}")
+                self.measure(more, f"refinement {round_ + 1}")
+        finally:
+            for s in self.ships:
+                s.close()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return self.publish()
+
+    def measure(self, preps: list[Prepared], stage: str) -> None:
+        """Utility, the text metrics, re-identification and MLDP's Nw/Sw of every setting of ``preps``."""
+        c = self.config
+        t0 = time.perf_counter()
+        describe(self.spark, "compare", f"{stage}: re-identification of {len(preps)} settings", self.out.run_id)
+        risks = self.reidentification([p.spec for p in preps])
+        risk_share = (time.perf_counter() - t0) / len(preps)
+        progress = Progress("compare", len(preps))
+        for i, prep in enumerate(preps):
+            spec = prep.spec
+            t0 = time.perf_counter()
+            describe(self.spark, "compare", f"{stage}: {spec.label()}, {c.repeats} perturbations", self.out.run_id)
+            if prep is self.first:
+                bundle = self.base_bundle  # the baseline's bundle is the first setting's
+            else:
+                self.ships.append(resources.ship(self.spark, prep.write_bundle))
+                bundle = self.ships[-1].name
+            scores: dict[str, list[dict[str, float]]] = {m: [] for m in utility.MODES}
+            sums = None
+            for r in range(c.repeats):
+                for mode in utility.MODES:
+                    key = derive_key(self.master, mode, setting_key(spec), r)
+                    testing = mode == "test-time"
+                    run_id = io.new_run_id()
+                    data = self.test if testing else self.train
+                    noisy = perturb(data, bundle, key, [TEXT], testing, run_id).drop(*count_columns(run_id))
+                    noisy = noisy.persist()
+                    try:
+                        if testing:
+                            scores[mode].append(self.model.score(self.fitted_plain, noisy.drop(ORIGINAL), bundle))
+                            part = text_metric_sums(noisy, bundle, self.rare, c.pp_tokens)
+                            sums = part if sums is None else sums + part
+                        else:
+                            fitted = self.model.fit(noisy, bundle)
+                            scores[mode].append(self.model.score(fitted, self.test, bundle))
+                    finally:
+                        noisy.unpersist()
+            point = self.point(prep, scores, sums, risks[i])
+            point["time_s"] = round(time.perf_counter() - t0 + risk_share, 3)
+            point["stage"] = stage
+            self.points.append(point)
+            progress.report(i + 1, (i + 1) / len(preps))
+
+    def point(self, prep: Prepared, scores: dict, sums: Any, risk_row: dict) -> dict[str, Any]:
+        """One row of compare.parquet: the setting, its guarantee, utility, re-identification, metrics."""
+        spec, c = prep.spec, self.config
+        facts = spec.facts(prep.space)
+        row: dict[str, Any] = {
+            "spec": spec,
+            "mechanism": spec.name,
+            "setting": series_of(spec),
+            "epsilon": spec.epsilon,
+            **{a: spec.axes().get(a) for a in report.axis_names()},
+            "guarantee_type": facts["guarantee_type"],
+        }
+        for mode, runs in scores.items():
+            for m in self.metrics:
+                mean, lo, hi = utility.mean_ci([s[m] for s in runs])
+                row[f"{mode}_{m}"], row[f"{mode}_{m}_lo"], row[f"{mode}_{m}_hi"] = mean, max(lo, 0.0), min(hi, 1.0)
+        row.update(risk_row)
+        text = finish_text_metrics(sums)
+        row.update(text)
+        row.update(self.mldp(prep, row[f"train-time_{c.utility_metric}"], text))
+        row["examples"] = prep.perturber().perturb_texts(self.examples, self.example_rng(spec))
+        return row
+
+    def example_rng(self, spec: MechanismSpec) -> np.random.Generator:
+        key = derive_key(self.master, "examples", setting_key(spec))
+        return np.random.default_rng(int.from_bytes(key, "little"))
+
+    # --- equal empirical privacy ---------------------------------------------------------------
+
+    def targets(self) -> list[tuple[str, str, float]]:
+        """(label, the point's figure, target): top-1 re-identification and the mean Nw as a share of K."""
+        c = self.config
+        return [
+            (f"top-1 ≤ {100 * c.target_reidentification:g}%", "top1", c.target_reidentification),
+            (f"Nw ≤ {100 * c.target_nw_fraction:g}% of K", "nw_fraction", c.target_nw_fraction),
+        ]
+
+    def curves(self, figure: str) -> dict[str, list[fm.GridPoint]]:
+        m = self.config.utility_metric
+        out: dict[str, list[fm.GridPoint]] = {}
+        for p in self.points:
+            lo, hi = p.get(f"{figure}_lo"), p.get(f"{figure}_hi")
+            out.setdefault(p["setting"], []).append(
+                fm.GridPoint(
+                    p["epsilon"],
+                    p[figure],
+                    lo,
+                    hi,
+                    p[f"train-time_{m}"],
+                    p[f"train-time_{m}_lo"],
+                    p[f"train-time_{m}_hi"],
+                )
+            )
+        return out
+
+    def equal_privacy(self) -> list[dict[str, Any]]:
+        """One row per (setting series, target): the ε that meets it and the utility there, both modes."""
+        m, rows = self.config.utility_metric, []
+        for label, figure, target in self.targets():
+            found = fm.equal_privacy(self.curves(figure), target)
+            for name, eq in found.items():
+                pts = {p["epsilon"]: p for p in self.points if p["setting"] == name}
+                test_time = None
+                if eq.epsilon is not None:  # the test-time utility, interpolated as the train-time one
+                    lo, hi = eq.bracket
+                    a, b = pts[lo], pts[hi]
+                    test_time = fm.log_interpolate(eq.epsilon, lo, hi, a[f"test-time_{m}"], b[f"test-time_{m}"])
+                rows.append(
+                    {
+                        "setting": name,
+                        "mechanism": next(p["mechanism"] for p in self.points if p["setting"] == name),
+                        "target": label,
+                        "figure": figure,
+                        "target_value": target,
+                        "epsilon": eq.epsilon,
+                        "epsilon_conservative": eq.epsilon_conservative,
+                        "status": eq.status,
+                        "bracket_lo": eq.bracket[0],
+                        "bracket_hi": eq.bracket[1],
+                        "train_time": eq.utility,
+                        "train_time_lo": eq.utility_low,
+                        "train_time_hi": eq.utility_high,
+                        "test_time": test_time,
+                        "refine": list(eq.refine),
+                    }
+                )
+        return rows
+
+    def refinements(self) -> list[MechanismSpec]:
+        """The extra ε points where the re-identification target falls between two measured points: the
+        interpolated crossing (3 significant digits), measured in the next round unless a measured point
+        lies within 2% of it."""
+        measured = {(p["setting"], p["epsilon"]) for p in self.points}
+        first = {p["setting"]: p["spec"] for p in self.points}
+        extra: list[MechanismSpec] = []
+        for row in self.equal_privacy():
+            # The re-identification target only, at the interpolated crossing: one point per mechanism and
+            # round (outside the grid the report says which way to extend it).
+            if row["figure"] != "top1" or row["epsilon"] is None:
+                continue
+            e = float(f"{row['epsilon']:.3g}")
+            near = any(abs(math.log(e / m)) <= 0.02 for name, m in measured if name == row["setting"])
+            if not near:
+                measured.add((row["setting"], e))
+                extra.append(with_epsilon(first[row["setting"]], e))
+        return extra
+
+    # --- the choice ------------------------------------------------------------------------------
+
+    def loss(self, p: dict[str, Any]) -> float:
+        """Baseline minus the mean utility metric, the larger of the two modes (calibrate's quantity)."""
+        m = self.config.utility_metric
+        return max(self.baseline[m] - p[f"{mode}_{m}"] for mode in utility.MODES)
+
+    def recommend(self) -> tuple[dict[str, Any] | None, str]:
+        """The recommended setting and why; or None and where the feasible region would lie.
+
+        With bounds (``--max-utility-loss``, ``--max-reidentification``): the most private measured
+        setting meeting both, the re-identification judged by the upper end of its 95% interval
+        (the figure never understates the attacker). Without: the best utility among the settings
+        whose top-1 interval lies below ``--target-reidentification``."""
+        c = self.config
+        max_reid = c.max_reidentification if c.max_reidentification is not None else c.target_reidentification
+        max_loss = c.max_utility_loss
+        private = lambda p: p["top1_hi"] <= max_reid  # noqa: E731
+        useful = lambda p: max_loss is None or self.loss(p) <= max_loss  # noqa: E731
+        ok = [p for p in self.points if private(p) and useful(p)]
+        bounds = f"top-1 re-identification ≤ {100 * max_reid:g}% (upper end of its 95% interval)"
+        if max_loss is not None:
+            bounds += f", {c.utility_metric} loss ≤ {max_loss:g} (baseline minus the mean, the worse mode)"
+        if ok:
+            if c.max_utility_loss is not None:
+                best = min(ok, key=lambda p: (p["top1"], self.loss(p), p["epsilon"]))
+                how = "the lowest re-identification among the settings meeting every bound"
+            else:
+                best = min(ok, key=lambda p: (self.loss(p), p["top1"], p["epsilon"]))
+                how = "the best utility among the settings meeting the re-identification bound"
+            return best, f"Bounds: {bounds}. **Recommended: {best['setting']}, ε = {best['epsilon']:g}**: {how}."
+        hints = []
+        for name in dict.fromkeys(p["setting"] for p in self.points):
+            pts = sorted((p for p in self.points if p["setting"] == name), key=lambda p: p["epsilon"])
+            safe = [p["epsilon"] for p in pts if private(p)]
+            good = [p["epsilon"] for p in pts if useful(p)]
+            if not safe:
+                hints.append(
+                    f"{name}: every ε of the grid exceeds the re-identification bound; a feasible ε, if any, lies "
+                    f"below {pts[0]['epsilon']:g}: add smaller ε values"
+                )
+            elif not good:
+                hints.append(
+                    f"{name}: no ε of the grid keeps the utility loss within the bound (at ε = {pts[-1]['epsilon']:g} "
+                    f"the loss is {self.loss(pts[-1]):.3f}); larger ε would raise re-identification: this mechanism "
+                    "cannot meet both bounds on this data"
+                )
+            else:
+                hi, lo = max(safe), min(good)
+                hints.append(
+                    f"{name}: re-identification stays within the bound up to ε = {hi:g}, utility needs ε ≥ {lo:g}"
+                    + (f": a feasible ε, if any, lies between {hi:g} and {lo:g}: add ε values there" if hi < lo else "")
+                )
+        return None, f"Bounds: {bounds}. **No setting of the grid meets them.** " + "; ".join(hints) + "."
+
+    # --- the outputs -----------------------------------------------------------------------------
+
+    def table(self) -> pa.Table:
+        """compare.parquet: one row per setting measured (grid and refinement points), no text."""
+        rows = [{k: v for k, v in p.items() if k not in ("examples", "spec")} for p in self.points]
+        axes = report.axis_names()
+        columns: dict[str, pa.Array] = {}
+        for name in rows[0]:
+            values = [r.get(name) for r in rows]
+            if name in axes:
+                columns[name] = report.axis_column(values)
+            elif all(v is None or isinstance(v, str) for v in values):
+                columns[name] = pa.array(values, pa.string())
+            elif all(v is None or isinstance(v, bool) for v in values):
+                columns[name] = pa.array(values, pa.bool_())
+            elif all(v is None or isinstance(v, int) and not isinstance(v, bool) for v in values):
+                columns[name] = pa.array(values, pa.int64())
+            else:
+                columns[name] = pa.array([None if v is None else float(v) for v in values], pa.float64())
+        return pa.table(columns)
+
+    def publish(self) -> dict[str, Any]:
+        c, local = self.config, self.out.local
+        m = c.utility_metric
+        chosen, why = self.recommend()
+        equal = self.equal_privacy()
+        pq.write_table(self.table(), local / "compare.parquet")
+        pq.write_table(pa.Table.from_pylist(equal), local / "equal_privacy.parquet")
+        frontier = cr.write_frontier(
+            local, self.points, m, self.baseline[m], self.corpus["floor_top1"], c.target_reidentification, chosen
+        )
+        title = "Comparison of word mechanisms"
+        sections = self.sections(chosen, why, equal, frontier)
+        (local / "report.md").write_text(cr.render_md(title, sections), encoding="utf-8")
+        (local / "report.html").write_text(cr.render_html(title, sections, local), encoding="utf-8")
+        grid_points = len(self.points)
+        spent = sum(p["time_s"] for p in self.points)
+        manifest = {
+            "dpspark_version": dpspark.__version__,
+            "command": "compare",
+            "status": "succeeded",
+            "privacy_note": PRIVACY_NOTE,
+            "input": c.input,
+            "text_column": c.text_column,
+            "label_column": c.label_column,
+            "classes": [{"label": v, "rows": n} for v, n in zip(self.values, self.class_counts)],
+            "model": c.model,
+            "model_params": self.model.params(),
+            "utility_metric": m,
+            "baseline": self.baseline,
+            "repeats": c.repeats,
+            "runs": c.runs,
+            "mechanisms": list(dict.fromkeys(p["mechanism"] for p in self.points)),
+            "settings": [p["setting"] for p in self.points],
+            "epsilons": c.epsilons,
+            "targets": {"reidentification": c.target_reidentification, "nw_fraction": c.target_nw_fraction},
+            "bounds": {"max_utility_loss": c.max_utility_loss, "max_reidentification": c.max_reidentification},
+            "recommended": None
+            if chosen is None
+            else {k: chosen[k] for k in ("mechanism", "setting", "epsilon", "top1", "top1_hi")},
+            "recommendation": why,
+            "equal_privacy": equal,
+            "corpus": self.corpus,
+            "embeddings": {"name": self.emb.name, "sha256": self.emb.sha256, "words": len(self.emb)},
+            "vocabulary": {"size": int(len(self.first.vocab_rows))},
+            "noise": "seeded (--seed): reproducible, tests and experiments only"
+            if c.seed is not None
+            else "operating system entropy",
+            "seeded": c.seed is not None,
+            "files": ["compare.parquet", "equal_privacy.parquet", frontier, "report.md", "report.html"],
+            "timings": {
+                **{k: round(v, 3) for k, v in self.timings.items()},
+                "grid_points": grid_points,
+                "per_grid_point_s": round(spent / max(grid_points, 1), 3),
+            },
+        }
+        log_to_mlflow(manifest, self.table(), local)
+        return manifest
+
+    def sections(
+        self, chosen: dict[str, Any] | None, why: str, equal: list[dict[str, Any]], frontier: str
+    ) -> list[cr.Section]:
+        c, m, corpus = self.config, self.config.utility_metric, self.corpus
+        n_train, n_test = corpus["train_rows"], corpus["test_rows"]
+        names = list(dict.fromkeys(p["mechanism"] for p in self.points))
+        data = cr.Section(
+            "Dataset and embedding",
+            [
+                f"Input `{c.input or 'a DataFrame'}`, text column `{c.text_column}`, label column `{c.label_column}`: "
+                f"{n_train + n_test} rows ({n_train} train / {n_test} test, split seed {c.split_seed}), "
+                f"{self.n_classes} classes.",
+                f"Embedding {self.emb.name} ({self.emb.dim} dimensions, sha256 {self.emb.sha256[:12]}…), output "
+                f"vocabulary {len(self.first.vocab_rows)} words. Model {c.model}; R = {c.repeats} perturbations per "
+                f"setting; re-identification from K = {c.runs} runs per corpus word over {corpus['words_measured']} "
+                f"corpus words ({100 * corpus['token_coverage']:.1f}% of the tokens with a vector).",
+                f"Non-private baseline {m}: {self.baseline[m]:.4f}. {len(self.points)} settings measured; "
+                f"{sum(p['time_s'] for p in self.points) / len(self.points):.1f} s per setting on average.",
+                PRIVACY_NOTE,
+            ],
+        )
+        rec = cr.Section("Recommendation", [why])
+        plot = cr.Section(
+            "Privacy–utility frontier",
+            [
+                "Utility against the share of corpus tokens the strongest known attacker recovers (top-1), one line "
+                f"per mechanism, ε along each line; bars are 95% intervals. The dotted line is the attacker's floor: "
+                f"guessing the corpus's most frequent word whatever the output ({cr.pct(corpus['floor_top1'])}% "
+                f"top-1, {cr.pct(corpus['floor_top5'])}% top-5)."
+            ],
+            images=[(frontier, "utility against re-identification, one line per mechanism")],
+        )
+        eq_rows = [
+            [
+                e["setting"],
+                e["target"],
+                "–" if e["epsilon"] is None else f"{e['epsilon']:.3g}",
+                e["status"],
+                cr.pct(e["train_time"]),
+                cr.pct(e["test_time"]),
+            ]
+            for e in equal
+        ]
+        eq = cr.Section(
+            "Equal empirical privacy",
+            [
+                "ε of different guarantee types is not one scale, so the mechanisms are compared where they leak "
+                "the same on this data: for each target, the largest ε at which the mechanism still meets it (monotone "
+                "interpolation in log ε over the measured points, refined by extra points where the target falls "
+                "between two), and the utility interpolated there."
+            ],
+            [cr.Table(["setting", "target", "ε", "where", f"{m} train-time (%)", f"{m} test-time (%)"], eq_rows)],
+            after=self.floor_note(),
+        )
+        privacy_rows, utility_rows = [], []
+        for p in self.points:
+            privacy_rows.append(
+                [
+                    p["setting"],
+                    f"{p['epsilon']:g}",
+                    p["guarantee_type"],
+                    cr.with_ci(p["top1"], p["top1_lo"], p["top1_hi"]),
+                    cr.with_ci(p["top5"], p["top5_lo"], p["top5_hi"]),
+                    p["attacker"],
+                    cr.pct(p["unchanged"]),
+                    cr.pct(p["nw_fraction"]),
+                    f"{p['mldp_nw']:.1f}",
+                    f"{p['mldp_sw']:.1f}",
+                    cr.pct(p["pp"]),
+                    cr.pct(p["low"]),
+                ]
+            )
+            utility_rows.append(
+                [
+                    p["setting"],
+                    f"{p['epsilon']:g}",
+                    *(cr.with_ci(p[f"{mode}_{m}"], p[f"{mode}_{m}_lo"], p[f"{mode}_{m}_hi"]) for mode in utility.MODES),
+                    f"{p['cs']:.3f}",
+                    cr.pct(p["dictionary"]),
+                    "–" if p.get("puc") is None else f"{p['puc']:.3f}",
+                    f"{p['time_s']:.1f}",
+                ]
+            )
+        every = cr.Section(
+            "Every setting measured",
+            [
+                "Privacy (percentages; 95% intervals in brackets). top-1/top-5: corpus tokens the strongest known "
+                "attacker recovers (the column `attacker` names it); unchanged: tokens released as themselves; "
+                f"Nw/K: dpspark's mean Nw over corpus words as a share of K = {c.runs}; MLDP Nw and Sw: "
+                f"{c.mldp_words} words × {c.mldp_trials} trials, Sw without the word itself; PP, LOW: see Definitions."
+            ],
+            [
+                cr.Table(
+                    [
+                        "setting",
+                        "ε",
+                        "guarantee",
+                        "top-1",
+                        "top-5",
+                        "attacker",
+                        "unchanged",
+                        "Nw/K",
+                        "MLDP Nw",
+                        "MLDP Sw",
+                        "PP",
+                        "LOW",
+                    ],
+                    privacy_rows,
+                ),
+                cr.Table(
+                    [
+                        "setting",
+                        "ε",
+                        f"{m} train-time",
+                        f"{m} test-time",
+                        "CS",
+                        "dictionary words (%)",
+                        "PUC",
+                        "seconds",
+                    ],
+                    utility_rows,
+                ),
+            ],
+        )
+        guarantees = cr.Section(
+            "Guarantees in words",
+            [f"**{n}** ({REGISTRY[n].guarantee_type}): {GUARANTEE_TYPES[REGISTRY[n].guarantee_type]}." for n in names]
+            + report.guarantee_note(names)[:1],
+        )
+        shown = chosen or min(self.points, key=lambda p: (p["top1_hi"], -p[f"train-time_{m}"]))
+        examples = cr.Section(
+            "Before and after",
+            [
+                f"{len(self.examples)} rows of the test split, perturbed by "
+                f"{'the recommended setting' if chosen else 'the most private setting measured (no recommendation)'}: "
+                f"{shown['setting']}, ε = {shown['epsilon']:g}."
+            ],
+            [cr.Table(["original", "perturbed"], [[a, b or ""] for a, b in zip(self.examples, shown["examples"])])],
+        )
+        return [data, rec, plot, eq, every, guarantees, examples, cr.Section("Definitions", self.definitions())]
+
+    def floor_note(self) -> list[str]:
+        """A target within 5 points of the attacker's floor says little: any mechanism scores the floor."""
+        floor, target = self.corpus["floor_top1"], self.config.target_reidentification
+        if target - floor >= 0.05:
+            return []
+        return [
+            f"The re-identification target ({100 * target:g}%) lies within 5 points of the attacker's floor "
+            f"({cr.pct(floor)}%): an attacker who ignores the output already scores the floor, so near it every "
+            "mechanism looks alike. Choose the target with --target-reidentification, above the floor."
+        ]
+
+    def definitions(self) -> list[str]:
+        c = self.config
+        first = "every token" if c.pp_tokens is None else f"the first {c.pp_tokens} tokens"
+        return [
+            "**top-1, top-5** (re-identification): the share of the corpus's tokens with a vector whose original "
+            "word the attacker names first (among its first five) from the released word, as `dpspark "
+            "privacy-risk` measures it: the strongest of the attackers dpspark knows (the identity guess; the "
+            "Bayes guess with exact likelihoods, or with fitted counts and a distance model fitted by maximum "
+            "likelihood where no closed form exists), scored on runs it was not fitted on. The floor is what "
+            "guessing the corpus's most frequent words scores without looking at the output.",
+            "**unchanged**: tokens released as themselves. **Nw/K**: dpspark's mean Nw over the corpus words "
+            f"measured, as a share of K = {c.runs} runs.",
+            f"**MLDP Nw, Sw** (the MLDP benchmark's plausible deniability): {c.mldp_words} vocabulary words drawn "
+            f"uniformly (one public sample for every setting) × {c.mldp_trials} trials; Nw the trials returning the "
+            "word, Sw the distinct outputs other than the word itself (dpspark's own Sw counts the word too).",
+            f"**PP** (perturbation percentage): the share of token positions of the perturbed test split, over "
+            f"{first} of each row, whose output differs from the input.",
+            f"**LOW** (least-occurring words): of the {fm.LOW_WORDS} least-occurring words of the test split "
+            "(ties by code point), the share of their occurrences released unchanged. Noise off: 100%.",
+            "**CS** (cosine similarity): the mean over test rows of the cosine between the mean word vector "
+            f"({self.emb.name}) of the original and of the perturbed row. Noise off: 1.",
+            f"**dictionary words**: the share of output tokens found in {self.corpus['dictionary']} (GloVe's clitics, "
+            "numbers and punctuation count as words of the language).",
+            "**PUC**: " + fm.PUC_DEFINITION + f" Here U is the train-time {c.utility_metric}.",
+            f"**{c.utility_metric}**: train-time trains the model on perturbed text and tests on plain; test-time "
+            f"tests the non-private baseline model on perturbed text; mean and 95% t-interval over R = {c.repeats} "
+            "perturbations.",
+        ]
+
+    # --- the corpus ------------------------------------------------------------------------------
+
+    def corpus_facts(self) -> dict[str, Any]:
+        """The split's sizes and the attacker's floor: the share of corpus tokens (with a vector, as
+        privacy-risk counts them) recovered by guessing the most frequent word(s) whatever the output.
+        Sets ``examples`` (rows of the test split for the report) and ``rare`` (LOW's least-occurring
+        words of the test split): raw text, kept out of the manifest."""
+        from dpspark.spark.risk import token_counts
+
+        c = self.config
+        n_train, n_test = self.train.count(), self.test.count()
+        texts = [r[0] for r in self.test.select(TEXT).limit(50 * max(c.examples, 1)).collect()]
+        self.examples = [t for t in texts if len(tokenize(t)[0]) >= 4][: c.examples]
+        test_counts = token_counts(self.test, TEXT)
+        self.rare = fm.least_occurring({t: n for t, n in test_counts.items() if fm.is_word(t)}, fm.LOW_WORDS)
+        counts = token_counts(self.df, c.text_column)
+        index = self.emb.word_index
+        ranked = sorted(((n, index[t]) for t, n in counts.items() if t in index), key=lambda x: (-x[0], x[1]))
+        embedded = [n for n, _ in ranked]
+        measured = embedded[: c.max_words] if c.max_words else embedded
+        total = sum(measured)
+        # privacy-risk's prior: the measured corpus words (embedding rows) and their token counts
+        self.prior = {w: float(n) for n, w in ranked[: len(measured)]}
+        self.token_rows = {t: index[t] for t in counts if t in index}
+        self.sensitive: set[int] = set()
+        if c.sensitive_words:
+            listed = [w.lower() for w in read_word_list(c.sensitive_words)]
+            self.sensitive = {index[w] for w in listed if w in index and index[w] in self.prior}
+        return {
+            "train_rows": n_train,
+            "test_rows": n_test,
+            "tokens": sum(counts.values()),
+            "tokens_with_vector": sum(embedded),
+            "words_measured": len(measured),
+            "token_coverage": total / max(sum(embedded), 1),
+            "floor_top1": measured[0] / total if total else math.nan,
+            "floor_top5": sum(measured[:5]) / total if total else math.nan,
+            "low_words": len(self.rare),
+            "dictionary": fm.english_words(fallback=self.emb.words).source,
+        }
+
+    def reidentification(self, specs: list[MechanismSpec]) -> list[dict[str, Any]]:
+        """The privacy-risk engine's figures of ``specs`` (``dpspark.spark.risk.risk_rows``): the strongest
+        known attacker's top-1 and top-5 with 95% intervals, the unchanged share, Nw, and with
+        ``--sensitive-words`` the per-document exposure."""
+        from dpspark.spark.risk import risk_rows
+
+        c = self.config
+        grid = prepare_grid(c, specs, self.workdir / f"risk-{len(self.points)}", self.emb)
+        self.ships.append(resources.ship(self.spark, lambda d: grid.write_bundle(d, c.embeddings_dir)))
+        doc = (self.df, c.text_column, self.token_rows, self.sensitive) if self.sensitive else None
+        rows, _ = risk_rows(self.spark, c, grid, self.ships[-1].name, self.prior, self.sensitive, doc)
+        keep = [f"{k}{t}" for k in ("top1", "top5", "unchanged") for t in ("", "_lo", "_hi")]
+        keep += ["attacker", "attacker_top5", "likelihood", "converged", "fit_runs"]
+        keep += [f"doc_exposure{t}" for t in ("", "_lo", "_hi")] + ["doc_rows"]
+        return [
+            {**{k: r[k] for k in keep if k in r}, "nw_fraction": r["nw_mean"] / c.runs, "nw_mean": r["nw_mean"]}
+            for r in rows
+        ]
+
+    def mldp(self, prep: Prepared, utility_value: float, text: dict[str, float]) -> dict[str, Any]:
+        """MLDP's Nw and Sw (``mldp_words`` words × ``mldp_trials`` trials, Sw without the word itself) on
+        one public sample of vocabulary words for every setting, and the composite (``fm.PUC_DEFINITION``)."""
+        c = self.config
+        words = fm.mldp_words(prep.vocab_rows, c.mldp_words, np.random.default_rng(0))  # public words, not noise
+        key = derive_key(self.master, "mldp", setting_key(prep.spec))
+        d = fm.mldp_nw_sw(prep.mechanism, words, c.mldp_trials, np.random.default_rng(int.from_bytes(key, "little")))
+        out: dict[str, Any] = {"mldp_nw": d.mean_nw, "mldp_sw": d.mean_sw}
+        out["mldp_exact_nw"], out["mldp_exact_sw"] = d.exact_mean_nw, d.exact_mean_sw
+        try:
+            comp = fm.puc(
+                utility=utility_value,
+                baseline_utility=self.baseline[c.utility_metric],
+                pp=text["pp"],
+                low=text["low"],
+                cs=text["cs"],
+                nw=d.mean_nw,
+                sw=d.mean_sw,
+                trials=c.mldp_trials,
+            )
+            out.update(privacy_score=comp.privacy, relative_utility=comp.utility, puc=comp.puc)
+        except ConfigError:  # a metric is undefined here (e.g. no rare word in the test split)
+            out.update(privacy_score=None, relative_utility=None, puc=None)
+        return out
+
+
+def log_to_mlflow(manifest: dict[str, Any], table: pa.Table, local: Any) -> bool:
+    """Where MLflow is installed and a run is active (Databricks' tracking): the figures of every
+    setting as metrics (``<setting> ε=<ε>/<figure>``), the recommendation as parameters, and the
+    report's files as artifacts. Returns whether it logged."""
+    try:
+        import mlflow
+    except ImportError:
+        return False
+    if mlflow.active_run() is None:
+        return False
+    rows = table.to_pylist()
+    metrics = {}
+    for r in rows:
+        prefix = f"{r['setting']} eps={r['epsilon']:g}".replace(" ", "_").replace("=", "_")
+        for k, v in r.items():
+            if isinstance(v, float) and math.isfinite(v) and k != "epsilon":
+                metrics[f"{prefix}/{k}"] = v
+    mlflow.log_metrics({_mlflow_key(k): v for k, v in metrics.items()})
+    chosen = manifest.get("recommended") or {}
+    mlflow.log_params({"dpspark_compare_" + k: v for k, v in chosen.items() if k in ("setting", "epsilon")})
+    for name in manifest["files"]:
+        mlflow.log_artifact(str(local / name), artifact_path="dpspark_compare")
+    return True
+
+
+def _mlflow_key(key: str) -> str:
+    """MLflow's metric names take alphanumerics, underscores, dashes, periods, spaces and slashes."""
+    import re
+
+    return re.sub(r"[^\w\-./ ]", "_", key)
+
+
+def compare(
+    output: str,
+    text_column: str,
+    label_column: str,
+    input: str | None = None,  # noqa: A002
+    df: DataFrame | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Python API of ``dpspark compare`` over a Parquet path (``input``) or a DataFrame (``df``).
+
+    Settings are CompareConfig fields (mechanisms, epsilons, grid, repeats, runs, model,
+    target_reidentification, max_utility_loss, ...). Returns the manifest: ``recommended``,
+    ``equal_privacy`` and the files written (``report.md``, ``report.html``, ``compare.parquet``).
+    """
+    config = CompareConfig.parse(
+        {"output": output, "text_column": text_column, "label_column": label_column, "input": input, **settings}
+    )
+    return run_compare(config, df=df)
+
+
+# --- the field's text metrics, on the executors -------------------------------------------------------
+
+TEXT_SUMS = ("pp", "low", "cs", "dictionary")  # each a (numerator, denominator) pair, summed over batches
+
+
+def _dictionary(res: Any) -> Any:
+    if "dictionary" not in res.derived:
+        res.derived["dictionary"] = fm.english_words(fallback=res.words.take(np.arange(len(res.words))))
+    return res.derived["dictionary"]
+
+
+def _metric_batches(
+    batches: Iterator[pa.RecordBatch], bundle: str, rare: frozenset[str], first: int | None
+) -> Iterator[pa.RecordBatch]:
+    """One row of partial sums per Arrow batch of (perturbed text, original text)."""
+    from dpspark.spark.resources import resources as loaded
+
+    res = loaded(bundle)
+    encode = fm.mean_vector_encoder(res.vectors, res.words.rows)
+    words = _dictionary(res)
+    for b in batches:
+        pert = [(t or "").split() for t in b.column(0).to_pylist()]  # layout single: one field per token
+        orig = [tokenize(t or "")[0] for t in b.column(1).to_pylist()]
+        parts = [
+            fm.perturbation_partial(orig, pert, first),
+            fm.low_partial(orig, pert, rare),
+            fm.cosine_partial(orig, pert, encode),
+            fm.dictionary_partial(pert, words),
+        ]
+        yield pa.RecordBatch.from_pydict(
+            {f"{name}_{i}": [float(part[i])] for name, part in zip(TEXT_SUMS, parts) for i in (0, 1)}
+        )
+
+
+def text_metric_sums(noisy: DataFrame, bundle: str, rare: frozenset[str], first: int | None) -> np.ndarray:
+    """The (numerator, denominator) sums of PP, LOW, CS and the dictionary share over ``noisy``'s rows
+    (its ``text`` perturbed, ``text_original`` the input), as one array of 2·len(TEXT_SUMS)."""
+    names = [f"{name}_{i}" for name in TEXT_SUMS for i in (0, 1)]
+    fields = [T.StructField(n, T.DoubleType(), False) for n in names]
+    sums = map_in_arrow(noisy.select(TEXT, ORIGINAL), lambda it: _metric_batches(it, bundle, rare, first), fields).agg(
+        *[F.sum(n).alias(n) for n in names]
+    )
+    row = sums.first()
+    return np.array([row[n] or 0.0 for n in names], dtype=np.float64)
+
+
+def finish_text_metrics(sums: np.ndarray | None) -> dict[str, float]:
+    if sums is None:
+        return {name: math.nan for name in TEXT_SUMS}
+    return {name: fm.finish((sums[2 * i], sums[2 * i + 1])) for i, name in enumerate(TEXT_SUMS)}
