@@ -154,6 +154,7 @@ class Comparison:
         self.ships: list[resources.Shipment] = []
         self.points: list[dict[str, Any]] = []  # one per setting measured, in order
         self.timings: dict[str, float] = {}
+        self.skipped: list[dict[str, Any]] = []  # settings the vocabulary refuses, with the reason
 
     # --- the steps -------------------------------------------------------------------------------
 
@@ -162,7 +163,7 @@ class Comparison:
         try:
             t0 = time.perf_counter()
             self.emb = c.load_embeddings()
-            specs = c.settings()
+            specs = self.usable(c.settings())
             preps = prepare_settings(c, specs, self.emb, self.workdir / "grid")
             self.first = preps[0]
             self.timings["preparation_s"] = time.perf_counter() - t0
@@ -181,6 +182,9 @@ class Comparison:
                 extra = self.refinements()
                 if not extra:
                     break
+                extra = self.usable(extra)
+                if not extra:
+                    break
                 more = prepare_settings(c, extra, self.emb, self.workdir / f"refine-{round_}")
                 self.measure(more, f"refinement {round_ + 1}")
         finally:
@@ -188,6 +192,24 @@ class Comparison:
                 s.close()
             shutil.rmtree(self.workdir, ignore_errors=True)
         return self.publish()
+
+    def usable(self, specs: list[MechanismSpec]) -> list[MechanismSpec]:
+        """The settings this vocabulary can take; the others (e.g. Truncated Gumbel at or below its
+        threshold) are left out of the comparison with the mechanism's own reason, which the report
+        lists. None usable: the first reason, as the command that refuses it would give it."""
+        if not hasattr(self, "probe"):
+            self.probe = prepare_grid(self.config, [], self.workdir / "probe", self.emb).space
+        kept = []
+        for spec in specs:
+            try:
+                spec.prepare(self.probe)
+            except ConfigError as exc:
+                self.skipped.append({"setting": series_of(spec), "epsilon": spec.epsilon, "reason": str(exc)})
+                continue
+            kept.append(spec)
+        if not kept and not self.points:
+            raise ConfigError(f"no setting of the grid can run on this vocabulary: {self.skipped[0]['reason']}")
+        return kept
 
     def measure(self, preps: list[Prepared], stage: str) -> None:
         """Utility, the text metrics, re-identification and MLDP's Nw/Sw of every setting of ``preps``."""
@@ -455,6 +477,7 @@ class Comparison:
             if chosen is None
             else {k: chosen[k] for k in ("mechanism", "setting", "epsilon", "top1", "top1_hi")},
             "recommendation": why,
+            "skipped": self.skipped,
             "equal_privacy": equal,
             "corpus": self.corpus,
             "embeddings": {"name": self.emb.name, "sha256": self.emb.sha256, "words": len(self.emb)},
@@ -597,6 +620,12 @@ class Comparison:
                 ),
             ],
         )
+        if self.skipped:
+            every.after.append(
+                "Left out (the mechanism refuses them on this vocabulary): "
+                + "; ".join(f"{k['setting']} at ε = {k['epsilon']:g}: {k['reason']}" for k in self.skipped)
+                + "."
+            )
         guarantees = cr.Section(
             "Guarantees in words",
             [f"**{n}** ({REGISTRY[n].guarantee_type}): {GUARANTEE_TYPES[REGISTRY[n].guarantee_type]}." for n in names]

@@ -24,7 +24,7 @@ def frames(result: dict, *columns: str) -> list[pd.DataFrame]:
     return [d for d in result["displayed"] if isinstance(d, pd.DataFrame) and set(columns) <= set(d.columns)]
 
 
-@pytest.mark.parametrize("name", ["perturb_text.py", "privacy_stats.py", "release_vectors.py"])
+@pytest.mark.parametrize("name", ["perturb_text.py", "privacy_stats.py", "release_vectors.py", "compare.py"])
 def test_notebook_format(name):
     text = (NOTEBOOKS / name).read_text(encoding="utf-8")
     assert text.splitlines()[0] == "# Databricks notebook source"
