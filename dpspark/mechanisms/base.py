@@ -44,7 +44,8 @@ GUARANTEE_TYPES = {
     "pure": "pure ε-DP per token: exp(ε) for every pair of words",
     "document": "ε-DP per released word against replacing the whole document; n released words compose to n·ε",
     "none": "no guarantee dpspark can state: the published claim is unverified and the exact output law contradicts it",
-    "rank": "metric DP in list positions: exp(ε·|i(x) − i(x')|), i a word's position in a public 1-D list of W",
+    "rank": "metric DP in list positions: exp(ε·|i(x) − i(x')|), i a word's position in a public 1-D list of W "
+    "(with several lists, the largest such distance over them)",
 }
 
 # Distance rows (words × V float64) are computed in blocks of at most this many entries (128 MB).

@@ -115,6 +115,9 @@ class Case:
         equals: (own parameter overrides, other registry name, its parameters): equal draw for draw
             at every ε of ``epsilons``.
         self_epsilon: a large ε at which every word outputs itself often (check 5).
+        variants: further closed-form settings (ε and parameter overrides) of another law of the same
+            mechanism, each run through the χ², the paper's formula, the audit and Nw/Sw
+            (``test_variant_passes_the_closed_form_checks``), e.g. 1-Diffractor's TEM noise and several lists.
     """
 
     epsilons: tuple[float, float]
@@ -125,6 +128,7 @@ class Case:
     noise_lambda: float | None = None
     equals: tuple[tuple[dict[str, Any], str, dict[str, Any]], ...] = ()
     self_epsilon: float = 50.0
+    variants: tuple[dict[str, Any], ...] = ()
 
 
 def tem_gamma(epsilon: float, beta: float, size: int = VOCABULARY) -> float:
@@ -172,10 +176,20 @@ def custext_plus_reference(space: Space, mechanism: WordMechanism, rows: np.ndar
 
 
 def diffractor_reference(space: Space, mechanism: WordMechanism, rows: np.ndarray) -> np.ndarray:
-    """Meisenbacher et al.'s clipped two-sided geometric on the word's list index (the list itself is
-    checked against a brute-force chain in tests/unit/test_diffractor.py)."""
-    rank = np.argsort(mechanism.order)
-    return clipped_geometric_probabilities(mechanism.order, rank[rows], mechanism.epsilon)
+    """Meisenbacher et al.: the clipped two-sided geometric on the word's list index, or TEM on the index
+    distance (∝ exp(−ε·min(|i − j|, γ)/2) over the list's positions), averaged over the lists (one list's
+    candidate picked uniformly). The lists themselves are checked against brute-force chains in
+    tests/unit/test_diffractor.py."""
+    spec = mechanism.spec
+    out = np.zeros((len(rows), space.size))
+    for order in mechanism.orders:
+        rank = np.argsort(order)
+        if spec.noise == "geometric":
+            out += clipped_geometric_probabilities(order, rank[rows], spec.epsilon)
+            continue
+        w = np.exp(-spec.epsilon * np.minimum(np.abs(np.arange(space.size) - rank[rows][:, None]), spec.gamma) / 2)
+        out[:, order] += w / w.sum(axis=1, keepdims=True)
+    return out / len(mechanism.orders)
 
 
 CASES: dict[str, Case] = {
@@ -229,7 +243,20 @@ CASES: dict[str, Case] = {
     # for ε > (5 + 2 ln V)/Δ0 = 75.8 over this W; P(w|w) 13–19% at ε = 80 and 120 (b = 106 and 23).
     "truncated-gumbel": Case(epsilons=(80.0, 120.0), self_epsilon=120.0),
     # ε per unit of list index: the word is kept with probability (1 − α)/(1 + α), 24% at ε = 0.5, 46% at 1.
-    "1-diffractor": Case(epsilons=(0.5, 1.0), closed_form=True, reference=diffractor_reference, self_epsilon=5.0),
+    # TEM's noise at γ = 5 (the authors' window): P(⊥) = 64% at ε = 4 (92% at 3.2), its far positions uniform; at
+    # γ = 25 and ε = 1, 4%. Several lists: three chains of W (from frequency ranks 0, V/3, 2V/3), and two with TEM.
+    "1-diffractor": Case(
+        epsilons=(0.5, 1.0),
+        closed_form=True,
+        reference=diffractor_reference,
+        self_epsilon=5.0,
+        variants=(
+            {"epsilon": 4.0, "noise": "tem", "gamma": 5},
+            {"epsilon": 1.0, "noise": "tem", "gamma": 25},
+            {"epsilon": 1.0, "lists": 3},
+            {"epsilon": 1.0, "noise": "tem", "gamma": 25, "lists": 2},
+        ),
+    ),
 }
 
 
@@ -303,7 +330,7 @@ def _chi2_settings() -> list[tuple[str, dict[str, Any]]]:
         case = CASES.get(name)
         if case is None or not case.closed_form:
             continue
-        out += [(name, {"epsilon": e}) for e in case.epsilons] + [(name, dict(x)) for x in case.extra]
+        out += [(name, {"epsilon": e}) for e in case.epsilons] + [(name, dict(x)) for x in case.extra + case.variants]
     return out
 
 
@@ -436,7 +463,8 @@ def loss_bounds(mechanism: WordMechanism, pairs: np.ndarray, distances: np.ndarr
     - pure: ε, every output (document: the same for one-word documents, SynTF's per-word bound);
     - group: ε for x, x′ of the same output group (``group_of``), nothing across groups;
     - umldp: ε·d(x, x′) + ln(1/p), on the protected outputs only (``mask``, ``p``);
-    - rank: ε·|i(x) − i(x′)|, i the position in the mechanism's public list (``rank_of``).
+    - rank: ε·|i(x) − i(x′)|, i the position in the mechanism's public list, the largest over its lists
+      (``rank_distance``).
     """
     kind, epsilon = mechanism.spec.guarantee_type, mechanism.epsilon
     if kind == "metric":
@@ -449,8 +477,7 @@ def loss_bounds(mechanism: WordMechanism, pairs: np.ndarray, distances: np.ndarr
     if kind == "umldp":
         return epsilon * distances + np.log(1.0 / mechanism.p), mechanism.mask
     if kind == "rank":
-        ranks = mechanism.rank_of(pairs.ravel()).reshape(pairs.shape)
-        return epsilon * np.abs(ranks[:, 0] - ranks[:, 1]).astype(np.float64), None
+        return epsilon * mechanism.rank_distance(pairs[:, 0], pairs[:, 1]).astype(np.float64), None
     raise AssertionError(f"no audit for the guarantee type {kind!r}")
 
 
@@ -609,6 +636,30 @@ def test_exact_nw_sw_within_the_monte_carlo(name, epsilon, build):
         build(name, epsilon), rows, COPIES, rng_for("nw", name, epsilon), build(name, WRONG * epsilon), label
     )
     print(f"\n{label}: (Monte Carlo mean, exact mean, z) {figures}")
+
+
+def _variant_settings() -> list[tuple[str, dict[str, Any]]]:
+    return [(n, dict(v)) for n in REGISTRY if n in CASES for v in CASES[n].variants]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,setting", _variant_settings(), ids=_setting_id)
+def test_variant_passes_the_closed_form_checks(name, setting, build, space, audit_pairs, far_pairs):
+    """A variant (``Case.variants``): the paper's formula, the privacy-loss audit and exact Nw/Sw, as the
+    mechanism's own settings get them above (its χ² runs in ``test_chi2_against_the_closed_form``)."""
+    setting = dict(setting)
+    epsilon = setting.pop("epsilon")
+    mechanism = build(name, epsilon, **setting)
+    label = f"{name} ε={epsilon:g} {setting}"
+    rows = np.unique(audit_pairs[0])[:120]
+    expected = CASES[name].reference(space, mechanism, rows)
+    np.testing.assert_allclose(mechanism.distribution(rows), expected, rtol=1e-9, atol=1e-300)
+    pairs = np.concatenate([audit_pairs[0], far_pairs[0]])
+    worst = check_privacy_loss(mechanism, pairs, np.concatenate([audit_pairs[1], far_pairs[1]]), label)
+    rows = np.sort(np.random.default_rng(SEED + 1).choice(VOCABULARY, NW_WORDS, replace=False))
+    wrong = build(name, WRONG * epsilon, **setting)
+    figures = check_nw_sw(mechanism, rows, COPIES, rng_for("nw", name, epsilon, setting), wrong, label)
+    print(f"\n{label}: max privacy loss as a share of its bound {worst:.4f}; (Monte Carlo, exact, z) {figures}")
 
 
 @pytest.mark.slow
