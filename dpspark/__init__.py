@@ -8,6 +8,8 @@ Public API (pyspark is needed only by the Spark functions, and imported when cal
     calibrate(stats, max_nw_fraction=..., ...)     the ε (or (ε, λ)) meeting Nw/Sw, utility or risk bounds
     evaluate_utility(output, text_column, label_column, input=...)  downstream utility (train/test-time)
     privacy_risk(output, text_column, input=...)   re-identification risk of a corpus
+    compare(output, text_column, label_column, input=..., mechanisms=[...])  mechanisms side by side,
+                                                   at equal empirical privacy, with a report to sign
     PerturbConfig, VectorsConfig, StatsConfig      the configuration models
     load_embeddings, prepare, WordMechanism, sample_noise   the pure-numpy core
 
@@ -29,6 +31,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "calibrate": "dpspark.spark.calibrate",
+    "compare": "dpspark.spark.compare",
+    "CompareConfig": "dpspark.config",
     "EvaluateUtilityConfig": "dpspark.config",
     "PerturbConfig": "dpspark.config",
     "RiskConfig": "dpspark.config",
@@ -104,8 +108,11 @@ def perturb_text(
     p: float | None = None,
     sensitive_fraction: float | None = None,
     sensitive_words: str | None = None,
+    sensitive_from_corpus: bool | None = None,
     top_k: int | None = None,
     similarity: Literal["cosine", "euclidean"] | None = None,
+    noise: Literal["geometric", "tem"] | None = None,
+    lists: int | None = None,
     draws: int | None = None,
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
@@ -145,15 +152,21 @@ def perturb_text(
             Laplace is λ = 0.
         t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
         beta: TEM's bound on Pr[⊥] in (0, 1) (None: 0.001), which sets γ.
-        gamma: TEM's threshold γ > 0 instead of ``beta``.
+        gamma: TEM's threshold γ > 0 instead of ``beta``; 1-Diffractor's TEM truncation in list
+            positions (None: 5).
         p: SanText+'s probability in (0, 1] that a non-sensitive word is sampled (None: 0.2); it is
             released verbatim otherwise.
         sensitive_fraction: SanText+'s protected share of the vocabulary, least frequent first in
             the embedding's own order (None: 0.5).
         sensitive_words: SanText+'s protected words, a file with one per line (instead of
             ``sensitive_fraction``).
+        sensitive_from_corpus: SanText+ protects the least frequent ``sensitive_fraction`` of the
+            input's vocabulary words by the input's own counts (outside the guarantee; warns).
         top_k: CusText's and CusText+'s group size K ≥ 2 (None: 20).
         similarity: CusText's similarity, ``"cosine"`` (None: the default) or ``"euclidean"``.
+        noise: 1-Diffractor's noise on list positions, ``"geometric"`` (None: the default) or ``"tem"``.
+        lists: 1-Diffractor's number of public lists (None: 1); each token's output is one list's
+            candidate, picked uniformly.
         draws: SynTF's words per document (None: its number of in-vocabulary tokens).
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
@@ -226,8 +239,11 @@ def release(
     p: float | None = None,
     sensitive_fraction: float | None = None,
     sensitive_words: str | None = None,
+    sensitive_from_corpus: bool | None = None,
     top_k: int | None = None,
     similarity: Literal["cosine", "euclidean"] | None = None,
+    noise: Literal["geometric", "tem"] | None = None,
+    lists: int | None = None,
     draws: int | None = None,
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
@@ -281,15 +297,21 @@ def release(
             Laplace is λ = 0.
         t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
         beta: TEM's bound on Pr[⊥] in (0, 1) (None: 0.001), which sets γ.
-        gamma: TEM's threshold γ > 0 instead of ``beta``.
+        gamma: TEM's threshold γ > 0 instead of ``beta``; 1-Diffractor's TEM truncation in list
+            positions (None: 5).
         p: SanText+'s probability in (0, 1] that a non-sensitive word is sampled (None: 0.2); it is
             released verbatim otherwise.
         sensitive_fraction: SanText+'s protected share of the vocabulary, least frequent first in
             the embedding's own order (None: 0.5).
         sensitive_words: SanText+'s protected words, a file with one per line (instead of
             ``sensitive_fraction``).
+        sensitive_from_corpus: SanText+ protects the least frequent ``sensitive_fraction`` of the
+            input's vocabulary words by the input's own counts (outside the guarantee; warns).
         top_k: CusText's and CusText+'s group size K ≥ 2 (None: 20).
         similarity: CusText's similarity, ``"cosine"`` (None: the default) or ``"euclidean"``.
+        noise: 1-Diffractor's noise on list positions, ``"geometric"`` (None: the default) or ``"tem"``.
+        lists: 1-Diffractor's number of public lists (None: 1); each token's output is one list's
+            candidate, picked uniformly.
         draws: SynTF's words per document (None: its number of in-vocabulary tokens).
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.

@@ -80,6 +80,7 @@ def prepare_grid(
     workdir: str | Path | None = None,
     embeddings: Embeddings | None = None,
     vocab_words: list[str] | None = None,
+    corpus_counts: dict[str, int] | None = None,
 ) -> Grid:
     """Load the embedding, choose the vocabulary, build the index and compute Σ and A for every λ of
     ``specs``: what every command needs, prepared one way.
@@ -90,14 +91,14 @@ def prepare_grid(
         workdir: where an annoy index file is written (required for ``nn="annoy"``).
         embeddings: already loaded embeddings (else loaded from the config).
         vocab_words: an explicit output vocabulary (e.g. corpus-derived), overriding the config.
+        corpus_counts: the input corpus's count of each vocabulary word it holds, for SanText+'s
+            ``sensitive_from_corpus`` (kept on the driver: never shipped).
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     emb = embeddings or config.load_embeddings()
     timings["load_embeddings_s"] = time.perf_counter() - t0
-    if vocab_words is None and config.vocab_file:
-        vocab_words = read_word_list(config.vocab_file)
-    rows = select_vocabulary(emb, config.vocab_size, vocab_words)
+    rows = vocabulary_rows(config, emb, vocab_words)
     if len(rows) <= emb.dim:
         raise EmbeddingError(
             f"a vocabulary of {len(rows)} words cannot give a positive-definite covariance in {emb.dim} "
@@ -114,6 +115,11 @@ def prepare_grid(
         )
     timings["index_build_s"] = time.perf_counter() - t0
     space = Space(emb.vectors, rows, index, cache_dir=cache_dir(config), words=emb.word_rows)
+    if corpus_counts is not None:
+        from dpspark.mechanisms.santext_plus import CORPUS_COUNTS
+        from dpspark.mechanisms.santext_plus import corpus_counts as counts_over_vocabulary
+
+        space.artefact(CORPUS_COUNTS, lambda: counts_over_vocabulary(space, corpus_counts))
     t0 = time.perf_counter()
     for lam in sorted({lam for spec in specs for lam in noise_lambdas(spec)}):
         space.geometry(lam)  # Σ and A once, on the driver (also refuses a degenerate Σ before any Spark work)
@@ -124,6 +130,14 @@ def prepare_grid(
     if names:
         timings["mechanism_prepare_s"] = time.perf_counter() - t0
     return Grid(emb, rows, list(specs), space, index, timings, names)
+
+
+def vocabulary_rows(config: Any, emb: Embeddings, vocab_words: list[str] | None = None) -> np.ndarray:
+    """The output vocabulary's rows of ``emb``: ``vocab_words`` when given, else the config's word list
+    (``vocab_file``), else its first ``vocab_size`` words (``select_vocabulary``)."""
+    if vocab_words is None and config.vocab_file:
+        vocab_words = read_word_list(config.vocab_file)
+    return select_vocabulary(emb, config.vocab_size, vocab_words)
 
 
 def cache_dir(config: Any) -> Path:
@@ -270,6 +284,7 @@ def prepare(
     embeddings: Embeddings | None = None,
     workdir: str | Path | None = None,
     vocab_words: list[str] | None = None,
+    corpus_counts: dict[str, int] | None = None,
 ) -> Prepared:
     """Load embeddings, choose the vocabulary, compute Σ and A, build and measure the index.
 
@@ -278,8 +293,9 @@ def prepare(
         embeddings: already loaded embeddings (else loaded from the config).
         workdir: where an annoy index file is written (required for ``nn="annoy"``).
         vocab_words: an explicit output vocabulary (e.g. corpus-derived), overriding the config.
+        corpus_counts: the input corpus's vocabulary word counts (SanText+'s ``sensitive_from_corpus``).
     """
-    grid = prepare_grid(config, [config.spec], workdir, embeddings, vocab_words)
+    grid = prepare_grid(config, [config.spec], workdir, embeddings, vocab_words, corpus_counts)
     spec, space, rows, emb = config.spec, grid.space, grid.vocab_rows, grid.embeddings
     recall, n_q = None, 0
     if config.nn == "exact":

@@ -14,9 +14,14 @@ input itself: non-sensitive words are released verbatim with probability 1 − p
 V_S is public: by default the ⌊fraction·V⌋ least frequent words of W in the embedding's own
 frequency order (its row order: GloVe ranks words by corpus frequency), or the words of a list
 the user gives (``sensitive_words``, read on the driver and shipped as positions). The authors'
-code takes the order from the private corpus, which sits outside the accounting; a corpus-derived
-list is the user's own choice here. Their code also takes one word more than the fraction
-(``words[-count - 1:]``); this module takes ⌊fraction·V⌋ (at least one).
+code takes the order from the private corpus, which sits outside the accounting. Here that is an
+explicit opt-in, ``sensitive_from_corpus``: V_S is the ⌊fraction·n⌋ least frequent of the n words of
+W that occur in the input corpus, by the corpus's own token counts (ties: the rarer in the
+embedding's order first). perturb and release count the corpus on Spark, as for
+``vocab_from_corpus``, and hand the counts to the driver's Space (``CORPUS_COUNTS``, never shipped:
+only V_S is); the run warns, and the manifest lists the choice outside the guarantee, since which
+words are protected reveals which words are rare in the private corpus. Their code also takes one
+word more than the fraction (``words[-count - 1:]``); this module takes ⌊fraction·V⌋ (at least one).
 
 The sampler is ``dpspark.mechanisms.exponential.TruncatedExponential`` without truncation, with
 the weights of V_N set to zero: one distance row per distinct word of a batch, one uniform per
@@ -38,6 +43,8 @@ from dpspark.mechanisms.exponential import TruncatedExponential
 
 DEFAULT_P = 0.2
 DEFAULT_FRACTION = 0.5
+# A driver-only array: each word of W's count in the input corpus (``corpus_counts``). Never shipped.
+CORPUS_COUNTS = "santext-plus/corpus-counts"
 
 
 class SanTextPlus(MechanismSpec):
@@ -52,6 +59,11 @@ class SanTextPlus(MechanismSpec):
     sensitive_words: str | None = Field(
         default=None, description="a file of the protected words, one per line (instead of sensitive_fraction)"
     )
+    sensitive_from_corpus: bool = Field(
+        default=False,
+        description="protect the least frequent sensitive_fraction of the input corpus's words of the vocabulary, by "
+        "the corpus's own counts (derived from the private data: outside the guarantee; warned)",
+    )
 
     paper: ClassVar[str] = (
         "Yue, Du, Wang, Li, Sun, Chow: Differential Privacy for Text Analytics via Natural Text Sanitization, "
@@ -64,6 +76,11 @@ class SanTextPlus(MechanismSpec):
     def _one_of(cls, values: dict[str, Any]) -> dict[str, Any]:
         if values.get("sensitive_words") not in (None, "") and values.get("sensitive_fraction") not in (None, ""):
             raise ConfigError("give sensitive_fraction or sensitive_words, not both")
+        if values.get("sensitive_words") not in (None, "") and values.get("sensitive_from_corpus") is True:
+            raise ConfigError(
+                "give sensitive_words or sensitive_from_corpus, not both (the protected set is the file's words, or "
+                "the corpus's least frequent words)"
+            )
         return values
 
     @validator("p", pre=True, allow_reuse=True)
@@ -88,10 +105,23 @@ class SanTextPlus(MechanismSpec):
             out["sensitive_fraction"] = self.sensitive_fraction
         return out
 
+    @validator("sensitive_from_corpus", pre=True, allow_reuse=True)
+    def _sensitive_from_corpus(cls, v: Any) -> bool:
+        if v in (None, ""):
+            return False
+        if isinstance(v, bool):
+            return v
+        word = str(v).strip().lower()
+        if word not in ("true", "false"):
+            raise ConfigError(f"sensitive_from_corpus must be true or false, got {v!r}")
+        return word == "true"
+
     @property
     def artefact_name(self) -> str:
         if self.sensitive_words is not None:
             return f"santext-plus/protected/words={self.sensitive_words}"
+        if self.sensitive_from_corpus:
+            return f"santext-plus/protected/corpus/fraction={self.sensitive_fraction!r}"
         return f"santext-plus/protected/fraction={self.sensitive_fraction!r}"
 
     def protected(self, space: Space) -> np.ndarray:
@@ -118,14 +148,26 @@ class SanTextPlus(MechanismSpec):
         )
 
     def outside(self) -> list[str]:
-        return [
+        notes = [
             f"santext-plus: non-sensitive words (W outside the protected set) are released verbatim with "
             f"probability 1 - p = {1 - self.p:g}, by design"
         ]
+        if self.sensitive_from_corpus:
+            notes.append(
+                "santext-plus sensitive_from_corpus: the protected set was derived from the private corpus (its least "
+                "frequent words), so which words are protected, and through it the output, can reveal the corpus's "
+                "rare words: the guarantee does not cover this"
+            )
+        return notes
 
     def _source(self) -> str:
         if self.sensitive_words is not None:
             return f"the words of {self.sensitive_words} that are in W"
+        if self.sensitive_from_corpus:
+            return (
+                f"the least frequent {self.sensitive_fraction:g} of the words of W in the input corpus, by the "
+                f"corpus's own counts: derived from the private data, outside the guarantee"
+            )
         return f"the least frequent {self.sensitive_fraction:g} of W in the embedding's own frequency order"
 
 
@@ -139,9 +181,43 @@ def _fraction(name: str, v: Any, expected: str) -> float:
     return value
 
 
+def corpus_counts(space: Space, counts: dict[str, int]) -> np.ndarray:
+    """Each word of W's count in a corpus (V int64; 0 for a word the corpus lacks), from token → count."""
+    out = np.zeros(space.size, dtype=np.int64)
+    words = list(counts)
+    rows = space.words.rows(words)
+    pos, found = space.positions(rows[rows >= 0])
+    values = np.array([counts[w] for w in words], dtype=np.int64)[rows >= 0]
+    np.add.at(out, pos[found], values[found])
+    return out
+
+
+def least_frequent_in_corpus(space: Space, counts: np.ndarray, fraction: float) -> np.ndarray:
+    """The ⌊fraction·n⌋ (≥ 1) least frequent of the n words of W with a positive count (sorted positions), ties
+    to the rarer in the embedding's order (the larger row); a ConfigError when no word of W occurs."""
+    present = np.flatnonzero(counts > 0)
+    if not present.size:
+        raise ConfigError(
+            "no word of the output vocabulary occurs in the input corpus: the protected set would be empty "
+            "(check --columns, or use --sensitive-fraction alone or --sensitive-words)"
+        )
+    ranked = present[np.lexsort((-space.vocab_rows[present], counts[present]))]
+    return np.sort(ranked[: max(1, int(fraction * len(present)))])
+
+
 def protected_positions(space: Space, spec: SanTextPlus) -> np.ndarray:
     """V_S as sorted positions in W: the least frequent ⌊fraction·V⌋ (≥ 1) of W in the embedding's row
-    order, or the words of the spec's file that are in W (a ConfigError when none is)."""
+    order, the least frequent in the input corpus (``sensitive_from_corpus``: the counts perturb put in the
+    Space as ``CORPUS_COUNTS``), or the words of the spec's file that are in W (a ConfigError when none is)."""
+    if spec.sensitive_from_corpus:
+
+        def missing() -> np.ndarray:
+            raise ConfigError(
+                "sensitive_from_corpus needs the input corpus's word counts, which only perturb and release take "
+                "(from their input): here use sensitive_fraction (the embedding's order) or sensitive_words"
+            )
+
+        return least_frequent_in_corpus(space, space.artefact(CORPUS_COUNTS, missing), spec.sensitive_fraction)
     if spec.sensitive_words is None:
         count = max(1, int(spec.sensitive_fraction * space.size))
         by_rank = np.argsort(space.vocab_rows, kind="stable")  # most frequent first

@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 
 from dpspark.config import PerturbConfig
 from dpspark.errors import ConfigError, InputDataError, PrivacyWarning
-from dpspark.prepare import Prepared, prepare
+from dpspark.prepare import Prepared, prepare, vocabulary_rows
 from dpspark.rng import new_job_key
 from dpspark.spark import resources
 from dpspark.spark.release import check_stream, run_release
@@ -56,8 +56,8 @@ def check_columns(df: DataFrame, config: PerturbConfig, hidden: list[str] | None
         )
 
 
-def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedded: dict[str, int]) -> list[str]:
-    """The ``size`` most frequent embedded tokens of the corpus: data-dependent, published by the output."""
+def token_counts(df: DataFrame, columns: list[str]) -> DataFrame:
+    """(token, count) of every token of the corpus's ``columns``, tokenized as perturb reads them (a Spark job)."""
     from dpspark.arrow import strings
     from dpspark.text import decode_strings, tokenize
 
@@ -67,9 +67,21 @@ def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedde
             yield pa.RecordBatch.from_pydict({"token": strings(toks)})
 
     selected = df.select(*[F.col(quote(c)) for c in columns])
-    counted = map_in_arrow(selected, tokens, [T.StructField("token", T.StringType())]).groupBy("token").count()
-    ranked = counted.orderBy(F.desc("count"), F.asc("token")).limit(size * 4).collect()
+    return map_in_arrow(selected, tokens, [T.StructField("token", T.StringType())]).groupBy("token").count()
+
+
+def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedded: dict[str, int]) -> list[str]:
+    """The ``size`` most frequent embedded tokens of the corpus: data-dependent, published by the output."""
+    ranked = token_counts(df, columns).orderBy(F.desc("count"), F.asc("token")).limit(size * 4).collect()
     return [r["token"] for r in ranked if r["token"] in embedded][:size]
+
+
+def counts_in_corpus(spark: SparkSession, df: DataFrame, columns: list[str], words: list[str]) -> dict[str, int]:
+    """The corpus's count of each of ``words`` it holds (SanText+'s ``sensitive_from_corpus``): counted on Spark,
+    joined with the words there, so only their counts reach the driver."""
+    wanted = spark.createDataFrame([(w,) for w in words], T.StructType([T.StructField("token", T.StringType())]))
+    rows = token_counts(df, columns).join(F.broadcast(wanted), "token").collect()
+    return {r["token"]: int(r["count"]) for r in rows}
 
 
 def opt_in_warnings(config: PerturbConfig) -> None:
@@ -100,6 +112,14 @@ def opt_in_warnings(config: PerturbConfig) -> None:
         warnings.warn(
             "the vocabulary is derived from the private corpus: the output space, and so the output, can reveal "
             "the corpus's frequent words; prefer the default data-independent vocabulary",
+            PrivacyWarning,
+            stacklevel=3,
+        )
+    if getattr(config.spec, "sensitive_from_corpus", False):
+        warnings.warn(
+            "santext-plus's protected set is derived from the private corpus (its least frequent words): which words "
+            "are protected, and so the output, can reveal the corpus's rare words, outside the guarantee; prefer the "
+            "embedding's order (--sensitive-fraction alone) or a public list (--sensitive-words)",
             PrivacyWarning,
             stacklevel=3,
         )
@@ -146,10 +166,19 @@ class PerturbJob:
         opt_in_warnings(c)
         workdir = resources.scratch_dir() / f"index-{run_id}"
         try:
-            if c.vocab_from_corpus:
+            from_corpus = getattr(c.spec, "sensitive_from_corpus", False)
+            if c.vocab_from_corpus or from_corpus:
                 emb = c.load_embeddings()
-                words = vocabulary_from_corpus(df, list(c.columns), c.vocab_size, emb.word_index)
-                self.prepared = prepare(c, embeddings=emb, workdir=workdir, vocab_words=words)
+                words = (
+                    vocabulary_from_corpus(df, list(c.columns), c.vocab_size, emb.word_index)
+                    if c.vocab_from_corpus
+                    else None
+                )
+                counts = None
+                if from_corpus:  # the vocabulary's counts in the input, for SanText+'s protected set
+                    vocabulary = [emb.words[r] for r in vocabulary_rows(c, emb, words)]
+                    counts = counts_in_corpus(spark, df, list(c.columns), vocabulary)
+                self.prepared = prepare(c, embeddings=emb, workdir=workdir, vocab_words=words, corpus_counts=counts)
             else:
                 self.prepared = prepare(c, workdir=workdir)
             self.shipment = resources.ship(spark, self.prepared.write_bundle)

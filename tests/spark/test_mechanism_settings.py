@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -102,3 +103,26 @@ def test_syntf_releases_synthetic_documents_with_their_term_frequencies(spark, t
     args = ["perturb", "--input", str(clashing), "--columns", "text", "--output", str(tmp_path / "o2")]
     assert main([*args, "--quiet", "--mechanism", "syntf", "--epsilon", "30"]) != 0
     assert "already has column(s) 'text_tf'" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+
+
+def test_santext_plus_protected_set_from_the_corpus_is_warned_and_recorded(spark, tmp_path, glove):
+    """--sensitive-from-corpus: the least frequent half of the corpus's words (counted on Spark) is protected. With
+    p = 1 every token is drawn from the protected set, nearly uniformly at ε = 0.1: the output's words are that set
+    (7,260 draws over 60 words, each of probability > 1/100: one is missed with probability < 60·e^{-72})."""
+    pool = [w for w in glove.words[200:600] if w.isalpha()][:120]
+    tokens = [w for k, w in enumerate(pool) for _ in range(k + 1)]  # word k occurs k + 1 times
+    np.random.default_rng(0).shuffle(tokens)
+    corpus = [" ".join(tokens[i : i + 12]) for i in range(0, len(tokens), 12)]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": list(range(len(corpus))), "text": corpus}), src)
+    out = tmp_path / "o"
+    args = ["perturb", "--input", str(src), "--output", str(out), "--columns", "text", "--mechanism", "santext-plus"]
+    args += ["--epsilon", "0.1", "--p", "1", "--sensitive-from-corpus", "--sensitive-fraction", "0.5"]
+    with pytest.warns(PrivacyWarning, match="protected set is derived from the private corpus"):
+        assert main(args) == 0
+    words = {w for r in pq.read_table(out).to_pylist() for w in r["text"].split()}
+    assert words == set(pool[:60])  # counts 1..60 of the 120 corpus words
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["mechanism_parameters"]["sensitive_from_corpus"] is True
+    assert any("derived from the private corpus" in note for note in manifest["outside_guarantee"])
+    assert "derived from the private data, outside the guarantee" in manifest["guarantee"]
