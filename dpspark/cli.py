@@ -304,7 +304,9 @@ def exit_codes(command: str) -> list[tuple[int, str]]:
             )
         )
     if command == "compare":
-        codes.append((NO_EPSILON_MEETS_BOUNDS, "no setting of the grid meets --max-utility-loss / --max-reidentification"))
+        codes.append(
+            (NO_EPSILON_MEETS_BOUNDS, "no setting of the grid meets --max-utility-loss / --max-reidentification")
+        )
     return sorted(codes)
 
 
