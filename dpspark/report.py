@@ -347,7 +347,10 @@ def frontier_md(result: dict, bounds_text: str) -> str:
     lines += guarantee_note(sorted({r["mechanism"] for r in result["rows"]}))
     best = result["best"]
     if best is None:
-        lines.append("**No setting and ε of the grid meets these bounds.** Loosen a bound or add larger ε values.")
+        from dpspark.stats import feasible_region
+
+        hint = feasible_region(result["rows"], result.get("max_utility_loss"), result.get("max_reidentification"))
+        lines.append(f"**No setting and ε of the grid meets these bounds.** {hint}")
     else:
         lines.append(
             f"**Choice: {best['setting']}, ε = {best['epsilon']:g}**: the most private setting meeting every bound "

@@ -267,6 +267,44 @@ def _setting_fields(setting: object) -> dict:
     return {"setting": str(setting), "mechanism": parts[0], "lambda": lam}
 
 
+def feasible_region(rows: Sequence[dict], max_utility_loss: float | None, max_reidentification: float | None) -> str:
+    """Where the settings meeting both bounds would lie, when no measured point does: per setting
+    (rows with ``setting``, ``epsilon``, ``utility_loss``, ``reidentification``), the largest ε whose
+    re-identification meets its bound and the smallest whose utility loss meets its own. Larger ε
+    only raises re-identification, so the hint never says "add larger ε" to meet a privacy bound."""
+    hints = []
+    for name in dict.fromkeys(r["setting"] for r in rows):
+        pts = sorted((r for r in rows if r["setting"] == name), key=lambda r: r["epsilon"])
+        safe = [
+            r["epsilon"]
+            for r in pts
+            if max_reidentification is None
+            or (finite(r["reidentification"]) and r["reidentification"] <= max_reidentification)
+        ]
+        good = [
+            r["epsilon"]
+            for r in pts
+            if max_utility_loss is None or (finite(r["utility_loss"]) and r["utility_loss"] <= max_utility_loss)
+        ]
+        if not safe:
+            hints.append(
+                f"{name}: every ε of the grid exceeds the re-identification bound; a feasible ε, if any, lies below "
+                f"{pts[0]['epsilon']:g}: add smaller ε values"
+            )
+        elif not good:
+            hints.append(
+                f"{name}: no ε of the grid keeps the utility loss within the bound, up to ε = {pts[-1]['epsilon']:g}; "
+                "larger ε raise re-identification: loosen the utility bound or try another mechanism"
+            )
+        else:
+            hi, lo = max(safe), min(good)
+            hint = f"{name}: re-identification meets its bound up to ε = {hi:g}, utility needs ε ≥ {lo:g}"
+            if hi < lo:
+                hint += f": a feasible ε, if any, lies between {hi:g} and {lo:g}: add ε values there"
+            hints.append(hint)
+    return "; ".join(hints) + "."
+
+
 def joint_calibrate(
     points: dict[tuple[float, object], dict[str, float | bool | None]],
     max_utility_loss: float | None,
@@ -353,4 +391,9 @@ def joint_calibrate(
         default=None,
     )
     keys = ("epsilon", "lambda", "setting", "mechanism")
-    return {"rows": rows, "best": None if best is None else {k: best[k] for k in keys}}
+    return {
+        "rows": rows,
+        "best": None if best is None else {k: best[k] for k in keys},
+        "max_utility_loss": max_utility_loss,
+        "max_reidentification": max_reidentification,
+    }

@@ -75,6 +75,7 @@ from dpspark.spark.utility import (
     setting_key,
     split,
 )
+from dpspark.stats import feasible_region
 from dpspark.text import tokenize
 
 log = logging.getLogger("dpspark")
@@ -392,29 +393,17 @@ class Comparison:
                 best = min(ok, key=lambda p: (self.loss(p), p["top1"], p["epsilon"]))
                 how = "the best utility among the settings meeting the re-identification bound"
             return best, f"Bounds: {bounds}. **Recommended: {best['setting']}, ε = {best['epsilon']:g}**: {how}."
-        hints = []
-        for name in dict.fromkeys(p["setting"] for p in self.points):
-            pts = sorted((p for p in self.points if p["setting"] == name), key=lambda p: p["epsilon"])
-            safe = [p["epsilon"] for p in pts if private(p)]
-            good = [p["epsilon"] for p in pts if useful(p)]
-            if not safe:
-                hints.append(
-                    f"{name}: every ε of the grid exceeds the re-identification bound; a feasible ε, if any, lies "
-                    f"below {pts[0]['epsilon']:g}: add smaller ε values"
-                )
-            elif not good:
-                hints.append(
-                    f"{name}: no ε of the grid keeps the utility loss within the bound (at ε = {pts[-1]['epsilon']:g} "
-                    f"the loss is {self.loss(pts[-1]):.3f}); larger ε would raise re-identification: this mechanism "
-                    "cannot meet both bounds on this data"
-                )
-            else:
-                hi, lo = max(safe), min(good)
-                hints.append(
-                    f"{name}: re-identification stays within the bound up to ε = {hi:g}, utility needs ε ≥ {lo:g}"
-                    + (f": a feasible ε, if any, lies between {hi:g} and {lo:g}: add ε values there" if hi < lo else "")
-                )
-        return None, f"Bounds: {bounds}. **No setting of the grid meets them.** " + "; ".join(hints) + "."
+        judged = [
+            {
+                "setting": p["setting"],
+                "epsilon": p["epsilon"],
+                "utility_loss": self.loss(p),
+                "reidentification": p["top1_hi"],
+            }
+            for p in self.points
+        ]
+        hint = feasible_region(judged, max_loss, max_reid)
+        return None, f"Bounds: {bounds}. **No setting of the grid meets them.** {hint}"
 
     # --- the outputs -----------------------------------------------------------------------------
 

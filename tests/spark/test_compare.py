@@ -121,6 +121,7 @@ def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path
     m = json.loads((out / "_dpspark_manifest.json").read_text())
     assert m["recommended"] is None
     assert "No setting of the grid meets them" in m["recommendation"]
-    assert "larger ε would raise re-identification" in m["recommendation"] or "add ε values" in m["recommendation"]
+    assert "larger ε raise re-identification" in m["recommendation"] or "add ε values" in m["recommendation"]
+    assert "add larger ε" not in m["recommendation"]
     assert "no setting of the grid meets" in capsys.readouterr().err
     assert not math.isnan(m["baseline"]["accuracy"])

@@ -152,3 +152,28 @@ def test_joint_calibration_across_mechanisms_ranks_by_measured_risk():
     noise = {k: v for k, v in points.items() if k[1] == "laplace"}
     noise[(5.0, "mahalanobis λ=1")] = {"utility_loss": 0.01, "reidentification": 0.60}
     assert joint_calibrate(noise, 0.05, 0.9)["best"]["setting"] == "laplace"  # smaller ε first, then lower risk
+
+
+def test_when_nothing_meets_the_bounds_the_hint_points_where_a_feasible_epsilon_would_lie():
+    """Larger ε only raises re-identification: the hint names the gap between the largest ε that is
+    private enough and the smallest that is useful enough, or says to go lower, never "larger"."""
+    from dpspark import report
+    from dpspark.stats import joint_calibrate
+
+    points = {
+        (2.0, "laplace"): {"utility_loss": 0.20, "reidentification": 0.05},
+        (5.0, "laplace"): {"utility_loss": 0.08, "reidentification": 0.15},
+        (10.0, "laplace"): {"utility_loss": 0.01, "reidentification": 0.55},
+        (1.0, "tem β=0.001"): {"utility_loss": 0.01, "reidentification": 0.40},
+        (4.0, "tem β=0.001"): {"utility_loss": 0.00, "reidentification": 0.90},
+        (1.0, "santext"): {"utility_loss": 0.30, "reidentification": 0.01},
+        (3.0, "santext"): {"utility_loss": 0.25, "reidentification": 0.10},
+    }
+    result = joint_calibrate(points, max_utility_loss=0.02, max_reidentification=0.2)
+    assert result["best"] is None
+    text = report.frontier_md(result, "bounds")
+    assert "laplace: re-identification meets its bound up to ε = 5, utility needs ε ≥ 10" in text
+    assert "lies between 5 and 10" in text
+    assert "tem β=0.001: every ε of the grid exceeds the re-identification bound" in text and "below 1" in text
+    assert "santext: no ε of the grid keeps the utility loss within the bound, up to ε = 3" in text
+    assert "add larger ε" not in text
