@@ -113,6 +113,22 @@ class WordRows:
         return words
 
 
+def mean_token_vectors(documents: Sequence[Sequence[str]], vectors: np.ndarray, words: WordRows) -> np.ndarray:
+    """The mean word vector of each document's tokens (n × d float64; a document without a token that
+    has a vector gets the zero vector). One lookup of every token of every document (``WordRows.rows``)."""
+    lengths = [len(doc) for doc in documents]
+    rows = words.rows([t for doc in documents for t in doc])
+    known = rows >= 0
+    doc_of = np.repeat(np.arange(len(documents)), lengths)[known]  # ascending
+    out = np.zeros((len(documents), vectors.shape[1]))
+    counts = np.bincount(doc_of, minlength=len(documents))
+    some = np.flatnonzero(counts)
+    if len(some):
+        sums = np.add.reduceat(np.asarray(vectors[rows[known]], np.float64), np.searchsorted(doc_of, some), axis=0)
+        out[some] = sums / counts[some, None]
+    return out
+
+
 def sha256_of(*paths: str | os.PathLike) -> str:
     """One sha256 over the bytes of ``paths`` in order (the identity of an embedding)."""
     h = hashlib.sha256()

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.mechanisms.base import WordMechanism
 from dpspark.rng import secure_generator
@@ -215,30 +216,21 @@ def least_occurring_survival(
 Encoder = Callable[[Sequence[Sequence[str]]], np.ndarray]
 
 
-def mean_vector_encoder(vectors: np.ndarray, rows_of: Callable[[Sequence[str]], np.ndarray]) -> Encoder:
-    """Documents (token lists) → the mean of their tokens' word vectors (n × d float64); a document
-    without any embedded token gets a zero row (its cosine is undefined and left out).
+def mean_vector_encoder(vectors: np.ndarray, words: WordRows) -> Encoder:
+    """Documents (token lists) → the mean of their tokens' word vectors (n × d float64,
+    ``dpspark.embeddings.mean_token_vectors``); a document without any embedded token gets a zero
+    row (its cosine is undefined and left out).
 
     Args:
         vectors: the embedding's V × d vectors (``Embeddings.vectors``).
-        rows_of: tokens → embedding rows, −1 where a token has none (``Embeddings.word_rows.rows``).
+        words: the embedding's words (``Embeddings.word_rows``).
     """
-
-    def encode(documents: Sequence[Sequence[str]]) -> np.ndarray:
-        out = np.zeros((len(documents), vectors.shape[1]))
-        for i, doc in enumerate(documents):
-            rows = np.asarray(rows_of(list(doc)), dtype=np.int64) if len(doc) else np.zeros(0, np.int64)
-            rows = rows[rows >= 0]
-            if len(rows):
-                out[i] = np.asarray(vectors[rows], dtype=np.float64).mean(axis=0)
-        return out
-
-    return encode
+    return lambda documents: mean_token_vectors([list(d) for d in documents], vectors, words)
 
 
 def glove_encoder(embeddings) -> Encoder:
     """The default CS encoder: mean word vector of ``dpspark.embeddings.Embeddings`` (GloVe by default)."""
-    return mean_vector_encoder(embeddings.vectors, embeddings.word_rows.rows)
+    return mean_vector_encoder(embeddings.vectors, embeddings.word_rows)
 
 
 def sentence_encoder(model: str) -> Encoder:

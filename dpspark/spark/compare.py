@@ -828,7 +828,7 @@ def _metric_batches(
     from dpspark.spark.resources import resources as loaded
 
     res = loaded(bundle)
-    encode = fm.mean_vector_encoder(res.vectors, res.words.rows)
+    encode = fm.mean_vector_encoder(res.vectors, res.words)
     words = _dictionary(res)
     for b in batches:
         pert = [(t or "").split() for t in b.column(0).to_pylist()]  # layout single: one field per token

@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from dpspark.arrow import numbers, numpy_dtype, to_numpy
 from dpspark.bundle import perturber_from
-from dpspark.embeddings import WordRows
+from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
 from dpspark.spark.resources import resources
@@ -134,17 +134,7 @@ def mean_vectors(texts: list[str | None], vectors: np.ndarray, words: WordRows) 
     Returns (n_valid × d, mask of non-null rows).
     """
     valid = np.array([t is not None for t in texts], dtype=bool)
-    split = [tokenize(t)[0] for t in texts if t is not None]
-    rows = words.rows([tok for toks in split for tok in toks])
-    known = rows >= 0
-    text_of = np.repeat(np.arange(len(split)), [len(toks) for toks in split])[known]  # ascending
-    out = np.zeros((len(split), vectors.shape[1]))
-    counts = np.bincount(text_of, minlength=len(split))
-    some = np.flatnonzero(counts)
-    if len(some):
-        sums = np.add.reduceat(np.asarray(vectors[rows[known]], np.float64), np.searchsorted(text_of, some), axis=0)
-        out[some] = sums / counts[some, None]
-    return out, valid
+    return mean_token_vectors([tokenize(t)[0] for t in texts if t is not None], vectors, words), valid
 
 
 def _vector_batches(

@@ -145,7 +145,9 @@ TINY_VECTORS = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 
 
 def tiny_encoder():
-    return fm.mean_vector_encoder(TINY_VECTORS, lambda toks: np.array([TINY.get(t, -1) for t in toks]))
+    from dpspark.embeddings import WordRows
+
+    return fm.mean_vector_encoder(TINY_VECTORS, WordRows(list(TINY)))
 
 
 def test_cs_of_mean_vectors():
