@@ -33,7 +33,7 @@ $(STAMP): $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
 	rm -rf out/reviews_private
-	$(VENV)/bin/dpspark perturb --config conf/perturb.yaml --epsilon 10 --output out/reviews_private --quiet
+	$(VENV)/bin/dpspark perturb --config conf/perturb.yaml --epsilon 6 --output out/reviews_private --quiet
 	$(PY) examples/show.py examples/reviews.parquet out/reviews_private
 
 test: $(STAMP)

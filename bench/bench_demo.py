@@ -104,7 +104,7 @@ def run(tree: Path, out: Path, log4j: Path | None = None) -> dict:
     if log4j is not None:
         env["SPARK_SUBMIT_OPTS"] = f"{jvm_opts(tree)} -Dlog4j2.configurationFile=file:{log4j}"
     cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]
-    cmd += ["perturb", "--config", "conf/perturb.yaml", "--epsilon", "10", "--output", str(out), "--quiet"]
+    cmd += ["perturb", "--config", "conf/perturb.yaml", "--epsilon", "6", "--output", str(out), "--quiet"]
     cmd += ["--input", str(SAMPLE)]  # both trees read this tree's sample: only the code differs
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)

@@ -60,9 +60,9 @@ DOCTOR_HELP = "check this machine: Java, pyspark, the default embedding, Python,
 EXAMPLES = {
     "perturb": (
         "dpspark perturb --input examples/reviews.parquet --output out/reviews_private --columns text,title "
-        "--epsilon 10",
+        "--epsilon 6",
         "dpspark perturb --input-table main.raw.events --output-table main.shared.events --columns text "
-        "--epsilon 10 --partition date=2026-11-21",
+        "--epsilon 6 --partition date=2026-11-21",
     ),
     "release-vectors": (
         "dpspark release-vectors --input embeddings.parquet --output out/private_vectors --column vec --epsilon 5",

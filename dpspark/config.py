@@ -972,7 +972,7 @@ def _describe(exc: ValidationError, values: dict[str, Any]) -> str:
         kind, msg = err["type"], err["msg"]
         if kind == "value_error.missing":
             msg = "is required" + (
-                " (choose the privacy level explicitly, e.g. --epsilon 10)" if field == "epsilon" else ""
+                " (choose the privacy level explicitly, e.g. --epsilon 6)" if field == "epsilon" else ""
             )
         elif kind == "value_error.extra":
             msg = "is not a known setting"

@@ -30,7 +30,7 @@ dbutils.library.restartPython()
 dbutils.widgets.text("input", "", "Input Parquet (required)")
 dbutils.widgets.text("output", "", "Output Parquet (required)")
 dbutils.widgets.text("columns", "text", "Text columns (comma-separated)")
-dbutils.widgets.text("epsilon", "10", "ε")
+dbutils.widgets.text("epsilon", "6", "ε")
 from dpspark.mechanisms import REGISTRY, parameters  # noqa: E402 - the mechanisms the library offers
 
 dbutils.widgets.dropdown("mechanism", "mahalanobis", list(REGISTRY), "Mechanism")
