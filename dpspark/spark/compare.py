@@ -40,7 +40,6 @@ import math
 import shutil
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -60,20 +59,15 @@ from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY, MechanismSpec
 from dpspark.prepare import Prepared, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe
 from dpspark.rng import derive_key, new_job_key
-from dpspark.spark import io, lineage, resources
+from dpspark.spark import io, resources
 from dpspark.spark.reports import ReportOutput
-from dpspark.spark.session import get_session, quiet_spark_logs
 from dpspark.spark.transform import count_columns, map_in_arrow, perturb
 from dpspark.spark.utility import (
     TEXT,
     Model,
-    check_input,
-    check_mllib,
-    label_classes,
-    labelled_frame,
     prepare_settings,
+    run_labelled,
     setting_key,
-    split,
 )
 from dpspark.stats import feasible_region
 from dpspark.text import tokenize
@@ -100,30 +94,11 @@ def series_of(spec: MechanismSpec) -> str:
 
 def run_compare(config: CompareConfig, spark: SparkSession | None = None, df: DataFrame | None = None) -> dict:
     """Run the comparison (see the module docstring); return the manifest."""
-    started, t_start = datetime.now(timezone.utc).isoformat(), time.time()
-    if df is None and not config.input:
-        raise ConfigError("input: give the labelled Parquet dataset (--input PATH)")
-    spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
-    check_mllib(spark)
-    files = lineage.sources(df).paths if df is not None else None
-    with ReportOutput(spark, config.input, config.output, config.write_mode, "comparison", files) as out:
-        if df is None:
-            df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
-        check_input(df, config)
-        with io.SqlConf(spark, {"spark.sql.shuffle.partitions": "4"}):
-            values, keys, class_counts = label_classes(df, config.label_column)
-            rows = sum(class_counts)
-            train, test = split(labelled_frame(df, config, keys, rows), config, values, rows)
-        try:
-            with quiet_spark_logs(spark):
-                manifest = Comparison(spark, config, df, train, test, values, class_counts, out).run()
-        finally:
-            train.unpersist()
-            test.unpersist()
-        manifest.update(run_id=out.run_id, started_at=started, duration_s=round(time.time() - t_start, 3))
-        out.commit(manifest)
-    log.info("compare finished in %.1f s", manifest["duration_s"])
-    return manifest
+
+    def evaluate(spark: SparkSession, df: DataFrame, *split: Any) -> dict[str, Any]:
+        return Comparison(spark, config, df, *split).run()
+
+    return run_labelled(config, spark, df, "compare", "comparison", evaluate)
 
 
 class Comparison:

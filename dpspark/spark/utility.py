@@ -38,7 +38,7 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -321,10 +321,18 @@ def perturbed(df: DataFrame, bundle: str, key: bytes) -> DataFrame:
     return out.persist(StorageLevel.MEMORY_ONLY)
 
 
-def run_evaluate_utility(
-    config: EvaluateUtilityConfig, spark: SparkSession | None = None, df: DataFrame | None = None
+def run_labelled(
+    config: EvaluateUtilityConfig,
+    spark: SparkSession | None,
+    df: DataFrame | None,
+    command: str,
+    what: str,
+    evaluate: Callable[..., dict[str, Any]],
 ) -> dict[str, Any]:
-    """Run the evaluation (see the module docstring); return the manifest."""
+    """What evaluate-utility and compare share: the labelled input (``config.input`` or ``df``) read and
+    checked, its classes and its fixed split (persisted, unpersisted at the end), the output checked
+    first and committed last with the manifest ``evaluate(spark, df, train, test, values, class_counts,
+    out)`` returns (plus run id, start and duration)."""
     started, t_start = datetime.now(timezone.utc).isoformat(), time.time()
     if df is None and not config.input:
         from dpspark.errors import ConfigError
@@ -333,7 +341,7 @@ def run_evaluate_utility(
     spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
     check_mllib(spark)
     files = lineage.sources(df).paths if df is not None else None
-    with ReportOutput(spark, config.input, config.output, config.write_mode, "evaluation", files) as out:
+    with ReportOutput(spark, config.input, config.output, config.write_mode, what, files) as out:
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_input(df, config)
@@ -344,14 +352,25 @@ def run_evaluate_utility(
         try:
             # Each LogisticRegression iteration would warn that its task binary is large (session.py).
             with quiet_spark_logs(spark):
-                manifest = _evaluate(spark, config, train, test, values, class_counts, out)
+                manifest = evaluate(spark, df, train, test, values, class_counts, out)
         finally:
             train.unpersist()
             test.unpersist()
         manifest.update(run_id=out.run_id, started_at=started, duration_s=round(time.time() - t_start, 3))
         out.commit(manifest)
-    log.info("evaluate-utility finished in %.1f s", manifest["duration_s"])
+    log.info("%s finished in %.1f s", command, manifest["duration_s"])
     return manifest
+
+
+def run_evaluate_utility(
+    config: EvaluateUtilityConfig, spark: SparkSession | None = None, df: DataFrame | None = None
+) -> dict[str, Any]:
+    """Run the evaluation (see the module docstring); return the manifest."""
+
+    def evaluate(spark: SparkSession, df: DataFrame, *split: Any) -> dict[str, Any]:
+        return _evaluate(spark, config, *split)
+
+    return run_labelled(config, spark, df, "evaluate-utility", "evaluation", evaluate)
 
 
 def _evaluate(

@@ -342,7 +342,7 @@ def test_a_parameter_of_another_mechanism_is_refused(spark, tmp_path, capsys):
 
 def test_perturb_text_takes_a_mechanism_and_its_parameters(spark):
     df = spark.read.parquet(str(SAMPLE)).limit(20)
-    out = dpspark.perturb_text(df, "text", 8.0, mechanism="tem", gamma=3.0, vocab_size=5000).collect()
+    out = dpspark.perturb_text(df, "text", 3.0, mechanism="tem", gamma=3.0, vocab_size=5000).collect()
     assert len(out) == 20 and all(isinstance(r["text"], str) or r["text"] is None for r in out)
 
 

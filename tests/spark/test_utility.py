@@ -13,6 +13,7 @@ from dpspark import report, risk
 from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
 from dpspark.config import EvaluateUtilityConfig, RiskConfig
 from dpspark.embeddings import load_default
+from dpspark.errors import PrivacyWarning
 from dpspark.evaluation.datasets import sms_spam_table
 from dpspark.rng import SeededRunWarning
 from dpspark.spark.risk import run_privacy_risk
@@ -48,7 +49,7 @@ def test_noise_disabled_gives_the_baseline(spark, data, corpus_vocab, identity_r
 
     # The premise, checked: at ε = 1e6 the output is the input.
     df = spark.read.parquet(data).limit(200)
-    with pytest.warns(UserWarning, match="seed"):
+    with pytest.warns(UserWarning, match="seed"), pytest.warns(PrivacyWarning, match="100% of tokens unchanged"):
         out = perturb_text(df, "text", 1e6, vocab_file=corpus_vocab, seed=1).toPandas()
     assert (out["text"] == df.toPandas()["text"]).all()
 

@@ -6,18 +6,8 @@ import numpy as np
 import pytest
 
 from dpspark import risk
-from dpspark.mechanisms import Space, parse
+from dpspark.mechanisms import parse
 from dpspark.stats import compute_counts, plan
-
-WORDS = "the of and to in a for is on that by with was he it".split()
-
-
-@pytest.fixture(scope="module")
-def world(glove):
-    vocab = np.arange(1500)
-    words = sorted(glove.word_index[w] for w in WORDS)
-    prior = {int(w): float(60 - 3 * i) for i, w in enumerate(words)}
-    return Space(glove.vectors, vocab), prior, {int(words[0]), int(words[5])}
 
 
 def brute_force(mech, prior, sensitive, runs, top=risk.TOP):

@@ -12,16 +12,6 @@ from dpspark import risk
 from dpspark.mechanisms import Space, parse
 from dpspark.stats import WorkItem, compute_counts, plan
 
-WORDS = "the of and to in a for is on that by with was he it".split()
-
-
-@pytest.fixture(scope="module")
-def world(glove):
-    vocab = np.arange(1500)
-    words = sorted(glove.word_index[w] for w in WORDS)
-    prior = {int(w): float(60 - 3 * i) for i, w in enumerate(words)}
-    return Space(glove.vectors, vocab), prior, {int(words[0]), int(words[5])}
-
 
 def halves(mechs, prior, runs, key=b"\x07" * 16):
     items = plan([m.spec for m in mechs], np.array(sorted(prior)), runs, 15, runs // 2)
