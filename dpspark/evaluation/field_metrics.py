@@ -79,8 +79,10 @@ def tokens_of(document: Document) -> list[str]:
     return list(document)
 
 
-def _pairs(originals: Sequence[Document], perturbeds: Sequence[Document]) -> Iterable[tuple[list[str], list[str]]]:
-    """Aligned (original, perturbed) token lists; positions must correspond one to one."""
+def _pairs(
+    originals: Sequence[Document], perturbeds: Sequence[Document], aligned: bool = True
+) -> Iterable[tuple[list[str], list[str]]]:
+    """(original, perturbed) token lists; with ``aligned`` their positions must correspond one to one."""
     if len(originals) != len(perturbeds):
         raise InputDataError(
             f"{len(originals)} original documents but {len(perturbeds)} perturbed ones: pass the two "
@@ -88,14 +90,28 @@ def _pairs(originals: Sequence[Document], perturbeds: Sequence[Document]) -> Ite
         )
     for i, (a, b) in enumerate(zip(originals, perturbeds)):
         x, y = tokens_of(a), tokens_of(b)
-        if len(x) != len(y):
+        if aligned and len(x) != len(y):
             raise InputDataError(
                 f"document {i}: {len(x)} original tokens but {len(y)} perturbed ones. PP and LOW compare "
                 "positions, so each input token needs exactly one output token: pass the perturb step's "
                 "token lists (not re-tokenised text, where a placeholder such as [UNK] splits in three), "
-                "and use an OOV policy other than drop"
+                "and use an OOV policy other than drop (or aligned=False for outputs that are bags of words)"
             )
         yield x, y
+
+
+def _kept(x: list[str], y: list[str], aligned: bool) -> list[bool]:
+    """For each original token, whether it is released: at its position (``aligned``), or else as a
+    bag of words (SynTF's synthetic documents: an occurrence is kept while the output still holds an
+    unmatched copy of the word, the multiset intersection)."""
+    if aligned:
+        return [a == b for a, b in zip(x, y)]
+    left = Counter(y)
+    kept = []
+    for a in x:
+        kept.append(left[a] > 0)
+        left[a] -= 1 if left[a] > 0 else 0
+    return kept
 
 
 def combine(parts: Iterable[Partial]) -> Partial:
@@ -117,7 +133,7 @@ def finish(part: Partial) -> float:
 
 
 def perturbation_partial(
-    originals: Sequence[Document], perturbeds: Sequence[Document], first: int | None = None
+    originals: Sequence[Document], perturbeds: Sequence[Document], first: int | None = None, aligned: bool = True
 ) -> Partial:
     """(changed positions, compared positions) over the first ``first`` tokens of each document.
 
@@ -127,14 +143,16 @@ def perturbation_partial(
     This function takes each document's first N (``first``; None: all of them), which a Spark
     partition computes on its own rows; ``perturbation_corpus_partial`` takes the first N of the
     corpus. Both are the same figure when N is None. A position counts as changed when the output
-    token is not the input token (an OOV token replaced by a placeholder is changed).
+    token is not the input token (an OOV token replaced by a placeholder is changed). With
+    ``aligned=False`` (outputs that are bags of words, SynTF's documents) a token counts as
+    changed when the output holds no unmatched copy of it (``_kept``).
     """
     if first is not None and first < 1:
         raise ConfigError(f"first: the number of tokens per document must be at least 1, got {first}")
     changed = compared = 0
-    for x, y in _pairs(originals, perturbeds):
+    for x, y in _pairs(originals, perturbeds, aligned):
         n = len(x) if first is None else min(first, len(x))
-        changed += sum(a != b for a, b in zip(x[:n], y[:n]))
+        changed += n - sum(_kept(x, y, aligned)[:n])
         compared += n
     return changed, compared
 
@@ -184,7 +202,10 @@ def least_occurring(counts: Mapping[str, int], n: int = LOW_WORDS) -> frozenset[
 
 
 def low_partial(
-    originals: Sequence[Document], perturbeds: Sequence[Document], rare: frozenset[str] | set[str]
+    originals: Sequence[Document],
+    perturbeds: Sequence[Document],
+    rare: frozenset[str] | set[str],
+    aligned: bool = True,
 ) -> Partial:
     """(occurrences released unchanged, occurrences) of the ``rare`` words in the original documents.
 
@@ -192,14 +213,15 @@ def low_partial(
     likeliest identifiers, survive perturbation. The issue summarises it as "the share of the
     1,000 least-occurring words that survive"; read here by position: an occurrence survives when
     the output token at its position is the word itself. Most of these words occur once, so the
-    share of occurrences is close to the share of words. Noise off: 1.
+    share of occurrences is close to the share of words. Noise off: 1. ``aligned=False``: kept as
+    a bag of words (``_kept``), for SynTF's documents.
     """
     survived = occurrences = 0
-    for x, y in _pairs(originals, perturbeds):
-        for a, b in zip(x, y):
+    for x, y in _pairs(originals, perturbeds, aligned):
+        for a, kept in zip(x, _kept(x, y, aligned)):
             if a in rare:
                 occurrences += 1
-                survived += a == b
+                survived += kept
     return survived, occurrences
 
 

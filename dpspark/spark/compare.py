@@ -217,7 +217,8 @@ class Comparison:
                     try:
                         if testing:
                             scores[mode].append(self.model.score(self.fitted_plain, noisy.drop(ORIGINAL), bundle))
-                            part = text_metric_sums(noisy, bundle, self.rare, c.pp_tokens)
+                            aligned = not spec.term_frequencies
+                            part = text_metric_sums(noisy, bundle, self.rare, c.pp_tokens, aligned)
                             sums = part if sums is None else sums + part
                         else:
                             fitted = self.model.fit(noisy, bundle)
@@ -634,7 +635,8 @@ class Comparison:
             f"uniformly (one public sample for every setting) × {c.mldp_trials} trials; Nw the trials returning the "
             "word, Sw the distinct outputs other than the word itself (dpspark's own Sw counts the word too).",
             f"**PP** (perturbation percentage): the share of token positions of the perturbed test split, over "
-            f"{first} of each row, whose output differs from the input.",
+            f"{first} of each row, whose output differs from the input (SynTF's documents, bags of drawn "
+            "words: the original tokens without an unmatched copy in the output; LOW likewise).",
             f"**LOW** (least-occurring words): of the {fm.LOW_WORDS} least-occurring words of the test split "
             "(ties by code point), the share of their occurrences released unchanged. Noise off: 100%.",
             "**CS** (cosine similarity): the mean over test rows of the cosine between the mean word vector "
@@ -797,7 +799,7 @@ def _dictionary(res: Any) -> Any:
 
 
 def _metric_batches(
-    batches: Iterator[pa.RecordBatch], bundle: str, rare: frozenset[str], first: int | None
+    batches: Iterator[pa.RecordBatch], bundle: str, rare: frozenset[str], first: int | None, aligned: bool
 ) -> Iterator[pa.RecordBatch]:
     """One row of partial sums per Arrow batch of (perturbed text, original text)."""
     from dpspark.spark.resources import resources as loaded
@@ -809,8 +811,8 @@ def _metric_batches(
         pert = [(t or "").split() for t in b.column(0).to_pylist()]  # layout single: one field per token
         orig = [tokenize(t or "")[0] for t in b.column(1).to_pylist()]
         parts = [
-            fm.perturbation_partial(orig, pert, first),
-            fm.low_partial(orig, pert, rare),
+            fm.perturbation_partial(orig, pert, first, aligned),
+            fm.low_partial(orig, pert, rare, aligned),
             fm.cosine_partial(orig, pert, encode),
             fm.dictionary_partial(pert, words),
         ]
@@ -819,14 +821,17 @@ def _metric_batches(
         )
 
 
-def text_metric_sums(noisy: DataFrame, bundle: str, rare: frozenset[str], first: int | None) -> np.ndarray:
+def text_metric_sums(
+    noisy: DataFrame, bundle: str, rare: frozenset[str], first: int | None, aligned: bool = True
+) -> np.ndarray:
     """The (numerator, denominator) sums of PP, LOW, CS and the dictionary share over ``noisy``'s rows
-    (its ``text`` perturbed, ``text_original`` the input), as one array of 2·len(TEXT_SUMS)."""
+    (its ``text`` perturbed, ``text_original`` the input), as one array of 2·len(TEXT_SUMS). ``aligned``:
+    one output token per input token (every mechanism but SynTF's documents, compared as bags of words)."""
     names = [f"{name}_{i}" for name in TEXT_SUMS for i in (0, 1)]
     fields = [T.StructField(n, T.DoubleType(), False) for n in names]
-    sums = map_in_arrow(noisy.select(TEXT, ORIGINAL), lambda it: _metric_batches(it, bundle, rare, first), fields).agg(
-        *[F.sum(n).alias(n) for n in names]
-    )
+    sums = map_in_arrow(
+        noisy.select(TEXT, ORIGINAL), lambda it: _metric_batches(it, bundle, rare, first, aligned), fields
+    ).agg(*[F.sum(n).alias(n) for n in names])
     row = sums.first()
     return np.array([row[n] or 0.0 for n in names], dtype=np.float64)
 

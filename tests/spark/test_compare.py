@@ -112,7 +112,7 @@ def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path
     code = main(
         [
             "compare", "--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out),
-            "--mechanisms", "tem", "--epsilons", "1,2", "--vocab-size", "2000", "--repeats", "1", "--runs", "4",
+            "--mechanisms", "tem,syntf", "--epsilons", "1,2", "--vocab-size", "2000", "--repeats", "1", "--runs", "4",
             "--mldp-words", "5", "--mldp-trials", "4", "--refine", "0", "--max-utility-loss", "0.0001",
             "--max-reidentification", "0.5",
         ]
@@ -125,3 +125,6 @@ def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path
     assert "add larger ε" not in m["recommendation"]
     assert "no setting of the grid meets" in capsys.readouterr().err
     assert not math.isnan(m["baseline"]["accuracy"])
+    # SynTF's synthetic documents (bags of drawn words) get PP and LOW as bags: defined, in range
+    rows = {r["mechanism"]: r for r in rows_of(out) if r["epsilon"] == 1}
+    assert 0.5 < rows["syntf"]["pp"] <= 1 and 0 <= rows["syntf"]["low"] <= 1

@@ -402,3 +402,18 @@ def test_equal_privacy_refuses_bad_grids():
         fm.crossing([GridPoint(1.0, math.nan)], 0.1)
     with pytest.raises(ConfigError, match="target"):
         fm.crossing([GridPoint(1.0, 0.1)], math.inf)
+
+
+def test_bags_of_words_pp_and_low_count_the_multiset_intersection():
+    """SynTF's documents are bags of drawn words, not one token per position: an original token is
+    kept while the output still holds an unmatched copy of it."""
+    orig = [["the", "cat", "the", "zebra", "ran"]]
+    pert = [["the", "dog", "ran", "ran"]]  # one fewer token: positions do not correspond
+    with pytest.raises(InputDataError, match="aligned=False"):
+        fm.perturbation_partial(orig, pert)
+    # kept: the (1 of 2), ran: 2 of the 5 original tokens survive
+    assert fm.perturbation_partial(orig, pert, aligned=False) == (3, 5)
+    assert fm.perturbation_partial(orig, pert, first=2, aligned=False) == (1, 2)
+    assert fm.low_partial(orig, pert, frozenset({"zebra", "ran"}), aligned=False) == (1, 2)
+    same = [["b", "a", "a"]]
+    assert fm.perturbation_partial([["a", "a", "b"]], same, aligned=False) == (0, 3)  # order does not matter
