@@ -59,8 +59,9 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
         resolves=yes
         # readme: README.md's example runs; statistical and slow: the conformance suite's heavy
         # distribution tests (pure numpy, the same on every runtime): once in make test, not per runtime.
-        marks="not cluster and not readme and not (statistical and slow)"
-        [ "$name" = "$NEWEST" ] && marks="not readme and not (statistical and slow)"
+        # heavy: compare's end-to-end grids (its engines are tested per runtime, and its noise-off run is not heavy).
+        marks="not cluster and not readme and not heavy and not (statistical and slow)"
+        [ "$name" = "$NEWEST" ] && marks="not readme and not heavy and not (statistical and slow)"
         # pyspark 3.5's wheel has no Spark Connect server (its jar comes from Maven): the
         # Connect tests then run this runtime's client against the checkout's newer server
         # (the checkout's venv: DPSPARK_VENV, which make sets from its VENV; .venv by default).

@@ -9,7 +9,7 @@ import pytest
 
 from dpspark.notebook_runner import run_notebook
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.heavy]
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "compare.py"
 

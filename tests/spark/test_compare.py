@@ -67,6 +67,7 @@ def two_mechanisms(spark, data, tmp_path_factory):
     return out, json.loads((out / "_dpspark_manifest.json").read_text())
 
 
+@pytest.mark.heavy
 def test_the_grid_is_refined_where_the_target_falls_between_two_points(two_mechanisms):
     out, m = two_mechanisms
     rows = rows_of(out)
@@ -94,6 +95,7 @@ def test_the_grid_is_refined_where_the_target_falls_between_two_points(two_mecha
     assert m["timings"]["per_grid_point_s"] > 0 and m["recommendation"]
 
 
+@pytest.mark.heavy
 def test_the_report_has_every_section_and_embeds_its_plot(two_mechanisms):
     out, m = two_mechanisms
     md = (out / "report.md").read_text(encoding="utf-8")
@@ -107,6 +109,7 @@ def test_the_report_has_every_section_and_embeds_its_plot(two_mechanisms):
     assert md.count("| original | perturbed |") == 1
 
 
+@pytest.mark.heavy
 def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path, capsys):
     out = tmp_path / "none"
     code = main(
