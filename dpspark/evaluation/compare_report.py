@@ -123,6 +123,11 @@ def frontier_figure(
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2, sharey=True)
     series = list(dict.fromkeys(p["setting"] for p in points))
+    # Twenty colours and five markers: every mechanism of the registry its own line.
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab20"].colors
+    style = {name: (palette[(2 * i) % 20 + (2 * i) // 20 % 2], "osD^v"[i % 5]) for i, name in enumerate(series)}
     for ax, mode in zip(axes, MODES):
         key = f"{mode}_{metric}"
         for name in series:
@@ -131,7 +136,8 @@ def frontier_figure(
             y = [p[key] for p in pts]
             xerr = [[p["top1"] - p["top1_lo"] for p in pts], [p["top1_hi"] - p["top1"] for p in pts]]
             yerr = [[p[key] - p[f"{key}_lo"] for p in pts], [p[f"{key}_hi"] - p[key] for p in pts]]
-            line = ax.errorbar(x, y, xerr=xerr, yerr=yerr, marker="o", capsize=2, label=name)
+            color, marker = style[name]
+            line = ax.errorbar(x, y, xerr=xerr, yerr=yerr, marker=marker, color=color, capsize=2, label=name)
             for p in pts:
                 ax.annotate(
                     f"{p['epsilon']:g}", (p["top1"], p[key]), fontsize=6, xytext=(3, 3), textcoords="offset points"
