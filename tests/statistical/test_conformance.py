@@ -517,7 +517,8 @@ def nw_sw(mechanism: WordMechanism, rows: np.ndarray, copies: int, rng) -> tuple
 def exact_nw_sw(probabilities: np.ndarray, rows: np.ndarray, copies: int) -> tuple[np.ndarray, np.ndarray]:
     """E[Nw] = K·p(w|w), E[Sw] = Σ_y [1 − (1 − p(y|w))^K] (w counted)."""
     nw = copies * probabilities[np.arange(len(rows)), rows]
-    sw = -np.expm1(copies * np.log1p(-np.minimum(probabilities, 1.0))).sum(axis=1)
+    with np.errstate(divide="ignore"):  # p = 1 (a group of one word): log1p(−1) = −inf, and the term is exactly 1
+        sw = -np.expm1(copies * np.log1p(-np.minimum(probabilities, 1.0))).sum(axis=1)
     return nw, sw
 
 
