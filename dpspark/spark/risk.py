@@ -200,7 +200,17 @@ def model_attacker(
             for i, w in enumerate(ws):
                 cols["setting"].append(s), cols["output"].append(u), cols["word"].append(w), cols["rank"].append(i + 1)
     table = pa.table({k: pa.array(v, pa.int32() if k == "rank" else pa.int64()) for k, v in cols.items()})
-    return spark.createDataFrame(table), betas  # from Arrow: V·top rows per setting, fast
+    return arrow_frame(spark, table), betas  # V·top rows per setting
+
+
+def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """A DataFrame of an Arrow table: pyspark 4 takes the table itself; 3.5 (Databricks 14.3, 15.4) takes
+    it through pandas, which its spark extra brings."""
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) >= 4:
+        return spark.createDataFrame(table)
+    return spark.createDataFrame(table.to_pandas())
 
 
 def doc_exposures(
