@@ -35,6 +35,7 @@ evaluation for the data owner, not a release. The manifest and the report say so
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -58,7 +59,7 @@ from dpspark.evaluation import field_metrics as fm
 from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY, MechanismSpec
 from dpspark.prepare import Prepared, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe
-from dpspark.rng import derive_key, new_job_key
+from dpspark.rng import derive_key, derived_generator, new_job_key
 from dpspark.spark import io, resources
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.transform import count_columns, map_in_arrow, perturb
@@ -131,6 +132,7 @@ class Comparison:
         self.points: list[dict[str, Any]] = []  # one per setting measured, in order
         self.timings: dict[str, float] = {}
         self.skipped: list[dict[str, Any]] = []  # settings the vocabulary refuses, with the reason
+        self.probe: Any = None  # a Space of the vocabulary, to ask each setting whether it can run
 
     # --- the steps -------------------------------------------------------------------------------
 
@@ -155,10 +157,7 @@ class Comparison:
 
             self.measure(preps, "grid")
             for round_ in range(c.refine):
-                extra = self.refinements()
-                if not extra:
-                    break
-                extra = self.usable(extra)
+                extra = self.usable(self.refinements())
                 if not extra:
                     break
                 more = prepare_settings(c, extra, self.emb, self.workdir / f"refine-{round_}")
@@ -173,7 +172,7 @@ class Comparison:
         """The settings this vocabulary can take; the others (e.g. Truncated Gumbel at or below its
         threshold) are left out of the comparison with the mechanism's own reason, which the report
         lists. None usable: the first reason, as the command that refuses it would give it."""
-        if not hasattr(self, "probe"):
+        if self.probe is None:
             self.probe = prepare_grid(self.config, [], self.workdir / "probe", self.emb).space
         kept = []
         for spec in specs:
@@ -192,7 +191,7 @@ class Comparison:
         c = self.config
         t0 = time.perf_counter()
         describe(self.spark, "compare", f"{stage}: re-identification of {len(preps)} settings", self.out.run_id)
-        risks = self.reidentification([p.spec for p in preps])
+        risks = self.reidentification(preps)
         risk_share = (time.perf_counter() - t0) / len(preps)
         progress = Progress("compare", len(preps))
         for i, prep in enumerate(preps):
@@ -251,12 +250,10 @@ class Comparison:
         text = finish_text_metrics(sums)
         row.update(text)
         row.update(self.mldp(prep, row[f"train-time_{c.utility_metric}"], text))
-        row["examples"] = prep.perturber().perturb_texts(self.examples, self.example_rng(spec))
+        row["examples"] = prep.perturber().perturb_texts(
+            self.examples, derived_generator(self.master, "examples", setting_key(spec))
+        )
         return row
-
-    def example_rng(self, spec: MechanismSpec) -> np.random.Generator:
-        key = derive_key(self.master, "examples", setting_key(spec))
-        return np.random.default_rng(int.from_bytes(key, "little"))
 
     # --- equal empirical privacy ---------------------------------------------------------------
 
@@ -407,7 +404,8 @@ class Comparison:
         m = c.utility_metric
         chosen, why = self.recommend()
         equal = self.equal_privacy()
-        pq.write_table(self.table(), local / "compare.parquet")
+        table = self.table()
+        pq.write_table(table, local / "compare.parquet")
         pq.write_table(pa.Table.from_pylist(equal), local / "equal_privacy.parquet")
         frontier = cr.write_frontier(
             local, self.points, m, self.baseline[m], self.corpus["floor_top1"], c.target_reidentification, chosen
@@ -458,7 +456,7 @@ class Comparison:
                 "per_grid_point_s": round(spent / max(grid_points, 1), 3),
             },
         }
-        log_to_mlflow(manifest, self.table(), local)
+        log_to_mlflow(manifest, table, local)
         return manifest
 
     def sections(
@@ -690,14 +688,18 @@ class Comparison:
             "dictionary": fm.english_words(fallback=self.emb.words).source,
         }
 
-    def reidentification(self, specs: list[MechanismSpec]) -> list[dict[str, Any]]:
+    def reidentification(self, preps: list[Prepared]) -> list[dict[str, Any]]:
         """The privacy-risk engine's figures of ``specs`` (``dpspark.spark.risk.risk_rows``): the strongest
         known attacker's top-1 and top-5 with 95% intervals, the unchanged share, Nw, and with
         ``--sensitive-words`` the per-document exposure."""
         from dpspark.spark.risk import risk_rows
 
         c = self.config
-        grid = prepare_grid(c, specs, self.workdir / f"risk-{len(self.points)}", self.emb)
+        specs = [p.spec for p in preps]
+        if c.nn == "exact":  # the settings share one prepared grid (``prepare_settings``): no second preparation
+            grid = dataclasses.replace(preps[0].grid, specs=specs)
+        else:  # an annoy index per setting: the risk engine's own grid over them all
+            grid = prepare_grid(c, specs, self.workdir / f"risk-{len(self.points)}", self.emb)
         self.ships.append(resources.ship(self.spark, lambda d: grid.write_bundle(d, c.embeddings_dir)))
         doc = (self.df, c.text_column, self.token_rows, self.sensitive) if self.sensitive else None
         rows, _ = risk_rows(self.spark, c, grid, self.ships[-1].name, self.prior, self.sensitive, doc)
@@ -714,8 +716,8 @@ class Comparison:
         one public sample of vocabulary words for every setting, and the composite (``fm.PUC_DEFINITION``)."""
         c = self.config
         words = fm.mldp_words(prep.vocab_rows, c.mldp_words, np.random.default_rng(0))  # public words, not noise
-        key = derive_key(self.master, "mldp", setting_key(prep.spec))
-        d = fm.mldp_nw_sw(prep.mechanism, words, c.mldp_trials, np.random.default_rng(int.from_bytes(key, "little")))
+        rng = derived_generator(self.master, "mldp", setting_key(prep.spec))
+        d = fm.mldp_nw_sw(prep.mechanism, words, c.mldp_trials, rng)
         out: dict[str, Any] = {"mldp_nw": d.mean_nw, "mldp_sw": d.mean_sw}
         out["mldp_exact_nw"], out["mldp_exact_sw"] = d.exact_mean_nw, d.exact_mean_sw
         try:
