@@ -249,7 +249,8 @@ def main() -> None:
                 f"kept {r['kept']:.1%}",
                 flush=True,
             )
-        print(f"  exact index: {type(space.exact).__name__}")
+        choice = getattr(space.exact, "choice", None)
+        print(f"  exact index: {type(space.exact).__name__}" + (f" ({choice})" if choice else ""))
         if not peers:
             continue
         for name, eps in settings:

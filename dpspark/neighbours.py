@@ -19,8 +19,9 @@ except at ties within float32 rounding (relative 1e-6), where either word is exa
 CertifiedIndex answers exactly the float64 argmin, faster where bf16 GEMMs are cheap
 (AMX, AVX512-BF16): it scores every word in bf16, bounds the rounding error, and re-ranks in
 float64 every word the bound cannot rule out (its docstring has the proof). ``exact_index``
-returns AdaptiveIndex where PyTorch and such a CPU are present (float32 first, CertifiedIndex
-once a process has done enough work to repay importing PyTorch), ExactIndex elsewhere;
+returns AdaptiveIndex where PyTorch and such a CPU are present (float32 first; once a process
+has done enough work to repay importing PyTorch, CertifiedIndex if it is measured faster on the
+process's own queries), ExactIndex elsewhere;
 DPSPARK_EXACT=fp32 forces ExactIndex, DPSPARK_EXACT=bf16 CertifiedIndex.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 import warnings
 from functools import cached_property
 from typing import Protocol
@@ -625,11 +627,13 @@ def _bf16_cpu() -> bool:
 
 
 def lowp_available() -> bool:
-    """Whether CertifiedIndex runs fast here: PyTorch with oneDNN on a CPU with AMX-BF16 or
+    """Whether CertifiedIndex may run fast here: PyTorch with oneDNN on a CPU with AMX-BF16 or
     AVX512-BF16. Measured on one core at 400,000 words against float32 ExactIndex: 3.5× on
     Intel with AMX (bench/bench_search.py); 1.6× on AMD Zen 4 with AVX512-BF16 (1.5× at
     50,000 words; bench/bench_perturb.py, tokens/s of the whole perturber); 2.1× on Zen 5
-    (rows of 54 rather than 64 bf16). Imports torch only on such CPUs."""
+    (rows of 54 rather than 64 bf16); but 0.75× on an Intel Xeon with AVX512-BF16 and no AMX,
+    which is why AdaptiveIndex races the two rather than trusting the flags. Imports torch only
+    on such CPUs."""
     if not _bf16_cpu():
         return False
     import torch
@@ -637,23 +641,32 @@ def lowp_available() -> bool:
     return bool(torch.backends.mkldnn.is_available())
 
 
-# Float32 word scores a process computes before AdaptiveIndex moves to CertifiedIndex. Moving
+# Float32 word scores a process computes before AdaptiveIndex tries CertifiedIndex. Trying
 # costs ≈ 1.5 s once per process (torch import ≈ 1.0 s, the bf16 matrix and oneDNN's first
-# kernels ≈ 0.5 s, measured on Zen 4) and then saves ≈ 0.4 ns per score there (float32 with
-# OpenBLAS's Haswell kernels 0.85–1.2 ns per score, certified bf16 0.7–0.8 ns, at 50,000 and
-# 400,000 words): ≈ 4e9 scores repay it. Moving once that much work is done is the
+# kernels ≈ 0.5 s, measured on Zen 4) and then saves ≈ 0.4 ns per score where bf16 is faster
+# (float32 with OpenBLAS's Haswell kernels 0.85–1.2 ns per score, certified bf16 0.7–0.8 ns, at
+# 50,000 and 400,000 words): ≈ 4e9 scores repay it. Trying once that much work is done is the
 # rent-or-buy rule: never more than twice the cost of the better choice made in hindsight.
 LOWP_SWITCH_SCORES = 4e9
+# Word scores per run of the race between the two indexes (two runs each, on the same queries):
+# ≈ 0.1–0.3 s per run at 50,000 and 400,000 words, long enough to time on a busy machine.
+LOWP_RACE_SCORES = 2e8
 
 
 class AdaptiveIndex:
-    """Exact search that starts as ExactIndex (float32) and becomes CertifiedIndex (bf16,
-    certified) once this process has scored LOWP_SWITCH_SCORES (query, word) pairs.
+    """Exact search that starts as ExactIndex (float32) and, once this process has scored
+    LOWP_SWITCH_SCORES (query, word) pairs, races CertifiedIndex (bf16, certified) against it
+    and keeps the faster.
 
     Small jobs (a notebook sample, an hourly ETL partition, ``make demo``) never pay for
-    importing PyTorch; large ones (privacy-stats, big corpora) run at the bf16 rate after the
-    first ≈ 4e9 scores (10,000 queries at 400,000 words, 80,000 at 50,000). Both answer the
-    nearest word: ExactIndex up to float32 ties, CertifiedIndex exactly the float64 argmin.
+    importing PyTorch; large ones (privacy-stats, big corpora) try the bf16 search after the
+    first ≈ 4e9 scores (10,000 queries at 400,000 words, 80,000 at 50,000). The race is measured,
+    not assumed from the CPU's flags: the first call with at least LOWP_RACE_SCORES scores runs
+    its first queries twice on each index, alternating, and the lower of each index's two times
+    decides (on an Intel Xeon with AVX512-BF16 and no AMX, float32 OpenBLAS was 1.3× faster
+    than the certified bf16 search; on Zen 4, Zen 5 and AMX the bf16 search is 1.6–3.5× faster).
+    Both answer the nearest word: ExactIndex up to float32 ties, CertifiedIndex exactly the
+    float64 argmin. ``choice`` says which one answers and why.
     """
 
     method = "exact"
@@ -662,42 +675,72 @@ class AdaptiveIndex:
         self._x = vectors
         self.size, self.dim = np.shape(vectors)
         self._float32 = ExactIndex(vectors)
-        self._certified: CertifiedIndex | None = None
+        self._certified: CertifiedIndex | None = None  # the race's winner, when bf16 won
+        self._challenger: CertifiedIndex | None = None  # built, not raced yet
         self._scored = 0.0
+        self.choice = "float32"
 
     def params(self) -> dict:
         return {**self._float32.params(), "bf16_certified_after_scores": LOWP_SWITCH_SCORES}
 
-    def _index(self, scores: float) -> ExactIndex | CertifiedIndex:
-        if self._certified is None and self._scored >= LOWP_SWITCH_SCORES:
+    def _run(self, method: str, points: np.ndarray, *rows: np.ndarray) -> np.ndarray:
+        """``method`` of the index in use (``rows``: the subset ``query_among``/``query_two`` take)."""
+        points = np.asarray(points)
+        n = self.size if not rows or rows[0] is None else len(rows[0])
+        if self._certified is None and self._challenger is None and self._scored >= LOWP_SWITCH_SCORES:
             self._scored = -np.inf  # one attempt per process
             try:
                 if lowp_available():
-                    self._certified = CertifiedIndex(self._x)
+                    self._challenger = CertifiedIndex(self._x)
             except (RuntimeError, ValueError) as e:
                 warnings.warn(f"exact search stays float32: {e}", DPSparkWarning, stacklevel=3)
-        self._scored += scores
-        return self._float32 if self._certified is None else self._certified
+        self._scored += len(points) * n
+        if self._challenger is not None and len(points) * n >= LOWP_RACE_SCORES:
+            return self._race(method, points, rows, n)
+        return getattr(self._certified or self._float32, method)(points, *rows)
+
+    def _race(self, method: str, points: np.ndarray, rows: tuple, n: int) -> np.ndarray:
+        """Answer ``points`` while timing both indexes on their first LOWP_RACE_SCORES scores."""
+        probe = points[: max(1, int(-(-LOWP_RACE_SCORES // n)))]
+        seconds: dict[str, list[float]] = {"float32": [], "bf16": []}
+        answers = {}
+        for _ in range(2):
+            for name, index in (("float32", self._float32), ("bf16", self._challenger)):
+                start = time.perf_counter()
+                answers[name] = getattr(index, method)(probe, *rows)
+                seconds[name].append(time.perf_counter() - start)
+        fp32, bf16 = min(seconds["float32"]), min(seconds["bf16"])
+        name = "bf16" if bf16 < fp32 else "float32"
+        self._certified = self._challenger if name == "bf16" else None
+        self._challenger = None
+        self.choice = (
+            f"{'certified bf16' if name == 'bf16' else 'float32'}: measured "
+            f"{max(fp32, bf16) / min(fp32, bf16):.2f}x faster than {'float32' if name == 'bf16' else 'certified bf16'}"
+        )
+        rest = points[len(probe) :]
+        if len(rest) == 0:
+            return answers[name]
+        return np.concatenate([answers[name], getattr(self._certified or self._float32, method)(rest, *rows)])
 
     def query(self, points: np.ndarray) -> np.ndarray:
-        return self._index(len(points) * self.size).query(points)
+        return self._run("query", points)
 
     def query_among(self, points: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return self._index(len(points) * len(rows)).query_among(points, rows)
+        return self._run("query_among", points, rows)
 
     def within(self, centers: np.ndarray, radii: np.ndarray) -> list[np.ndarray]:
         return self._float32.within(centers, radii)
 
     def query_two(self, points: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
-        """The two nearest rows (n×2): ``ExactIndex.query_two`` before the move, then
-        ``CertifiedIndex.query_two`` (exactly the float64 best two); the scores count as ``query``'s."""
-        n = self.size if among is None else len(among)
-        return self._index(len(points) * n).query_two(points, among)
+        """The two nearest rows (n×2): ``ExactIndex.query_two`` (float32) or, where the race chose
+        it, ``CertifiedIndex.query_two`` (exactly the float64 best two); the scores count as ``query``'s."""
+        return self._run("query_two", points, among)
 
 
 def exact_index(vectors: np.ndarray) -> ExactIndex | CertifiedIndex | AdaptiveIndex:
-    """The fastest exact index here: AdaptiveIndex (float32, then certified bf16 once a process
-    has done enough work) on CPUs with bf16 GEMMs and PyTorch installed, else ExactIndex.
+    """The fastest exact index here: AdaptiveIndex (float32, then certified bf16 where it is
+    measured faster once a process has done enough work) on CPUs with bf16 GEMMs and PyTorch
+    installed, else ExactIndex.
 
     DPSPARK_EXACT=fp32 forces ExactIndex (float32 GEMM), DPSPARK_EXACT=bf16 forces
     CertifiedIndex from the first query (an error where it cannot run); the default is "auto".

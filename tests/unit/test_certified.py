@@ -8,6 +8,8 @@ installs it).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -216,24 +218,44 @@ def test_factory_and_override(glove, monkeypatch):
         assert type(forced) is CertifiedIndex and forced.params()["scores"].startswith("bf16")
 
 
-def test_adaptive_index_moves_to_certified_after_enough_work(glove, monkeypatch):
-    """float32 answers until LOWP_SWITCH_SCORES word scores, then the certified float64 argmin."""
+def slowed(monkeypatch, cls, method, seconds=0.02):
+    """Make ``cls.method`` take ``seconds`` longer per call: a race this index must lose."""
+    original = getattr(cls, method)
+
+    def slow(self, *args):
+        time.sleep(seconds)
+        return original(self, *args)
+
+    monkeypatch.setattr(cls, method, slow)
+
+
+@pytest.mark.parametrize("faster", ["bf16", "float32"])
+def test_adaptive_index_races_and_keeps_the_faster(glove, monkeypatch, faster):
+    """float32 answers until LOWP_SWITCH_SCORES word scores; then the first call with enough
+    scores races the two on its own queries and the faster answers from then on (the slower one,
+    slowed here by 20 ms a call, loses). Calls too small to time stay float32 until then."""
     pytest.importorskip("torch")
     x = glove.vectors[:3000]
     monkeypatch.setattr(neighbours, "LOWP_SWITCH_SCORES", 3 * 100 * len(x))
+    monkeypatch.setattr(neighbours, "LOWP_RACE_SCORES", 60 * len(x))
     monkeypatch.setattr(neighbours, "lowp_available", lambda: True)
+    slowed(monkeypatch, ExactIndex if faster == "bf16" else CertifiedIndex, "query")
     rng = np.random.default_rng(5)
     index = AdaptiveIndex(x)
     fp32 = ExactIndex(x)
-    for call in range(6):
-        q = x[rng.integers(0, len(x), 100)] + sample_noise(100, x.shape[1], 5.0, rng, np.eye(x.shape[1]))
+    sizes = [100, 100, 100, 50, 100, 100]  # the fourth call (50 queries) is too small to race
+    for call, n in enumerate(sizes):
+        q = x[rng.integers(0, len(x), n)] + sample_noise(n, x.shape[1], 5.0, rng, np.eye(x.shape[1]))
         got = index.query(q)
-        if call < 3:  # 3 × 100 queries × 3,000 words: the switch comes with the fourth call
-            assert index._certified is None
+        if call < 4:
+            assert index._certified is None and index.choice == "float32"
             np.testing.assert_array_equal(got, fp32.query(q))
+            assert (index._challenger is not None) == (call == 3)
         else:
-            assert type(index._certified) is CertifiedIndex
-            np.testing.assert_array_equal(got, brute_force(x, q))
+            assert index._challenger is None
+            assert index.choice.startswith("certified bf16" if faster == "bf16" else "float32: measured")
+            assert (type(index._certified) is CertifiedIndex) == (faster == "bf16")
+            np.testing.assert_array_equal(got, brute_force(x, q) if faster == "bf16" else fp32.query(q))
     rows = np.arange(0, len(x), 7)
     np.testing.assert_array_equal(index.query_among(q, rows), rows[brute_force(x[rows], q)])
 
@@ -364,11 +386,14 @@ def test_best_two_ties_duplicates_and_odd_queries(glove, lowp):
 
 
 def test_adaptive_index_best_two_moves_to_certified(glove, monkeypatch):
-    """query_two counts its scores as query does and answers the float64 best two after the move."""
+    """query_two counts its scores as query does, races on its own calls, and answers the
+    float64 best two once bf16 won."""
     pytest.importorskip("torch")
     x = glove.vectors[:3000]
     monkeypatch.setattr(neighbours, "LOWP_SWITCH_SCORES", 2 * 100 * len(x))
+    monkeypatch.setattr(neighbours, "LOWP_RACE_SCORES", 60 * len(x))
     monkeypatch.setattr(neighbours, "lowp_available", lambda: True)
+    slowed(monkeypatch, ExactIndex, "query_two")
     rng = np.random.default_rng(9)
     index = AdaptiveIndex(x)
     for call in range(4):
