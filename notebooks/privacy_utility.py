@@ -55,7 +55,6 @@ dbutils.widgets.text("max_reidentification", "0.2", "Bound: top-1 re-identificat
 from pathlib import Path
 
 from dpspark.config import CalibrateConfig, EvaluateUtilityConfig, RiskConfig
-from dpspark.report import axis_names, series_label
 
 out = Path(dbutils.widgets.get("output"))
 data = dbutils.widgets.get("input").strip()
@@ -102,8 +101,7 @@ bounds = CalibrateConfig.parse(
         "mode": "overwrite",
     }
 )
-axes = axis_names()
-settings = dict.fromkeys(series_label(s.name, {a: s.axes().get(a) for a in axes}) for s in utility_config.settings())
+settings = dict.fromkeys(s.series_label() for s in utility_config.settings())
 print(f"data {data}; ε {utility_config.epsilons}, R = {utility_config.repeats}; settings {', '.join(settings)}")
 
 # COMMAND ----------

@@ -344,6 +344,14 @@ class MechanismSpec(BaseModel):
         """What this mechanism releases outside its guarantee by design (beside the run's opt-ins)."""
         return []
 
+    def series_label(self) -> str:
+        """The setting without its ε, as tables and legends name it (``report.series_label`` over every
+        table's axis columns): ``laplace``, ``mahalanobis λ=0.5``, ``tem β=0.001``; one line of a frontier."""
+        from dpspark import report  # report imports this module
+
+        own = self.axes()
+        return report.series_label(self.name, {a: own.get(a) for a in report.axis_names()})
+
     def label(self) -> str:
         """A short name of the setting for tables and plots, e.g. ``tem ε=5 beta=0.001``."""
         extra = " ".join(f"{k}={show(v)}" for k, v in self.axes().items())

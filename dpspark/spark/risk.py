@@ -367,7 +367,7 @@ def risk_rows(
             likelihood = "exact (closed form)"
         row = {
             "mechanism": spec.name,
-            "setting": report.series_label(spec.name, {a: spec.axes().get(a) for a in axes}),
+            "setting": spec.series_label(),
             "epsilon": spec.epsilon,
             **{a: spec.axes().get(a) for a in axes},
             "runs": config.runs,

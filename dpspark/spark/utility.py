@@ -265,7 +265,7 @@ class Model:
 # --- the grid --------------------------------------------------------------------------------------
 
 
-def check_mllib(spark: SparkSession) -> None:
+def check_mllib(spark: SparkSession, command: str = "evaluate-utility") -> None:
     """pyspark.ml's estimators run over Spark Connect from pyspark 4.0 on; older clients fail plainly."""
     import pyspark
 
@@ -274,7 +274,7 @@ def check_mllib(spark: SparkSession) -> None:
         from dpspark.errors import ConfigError
 
         raise ConfigError(
-            f"evaluate-utility on Spark Connect needs pyspark 4.0 or later on the client (MLlib over Connect); "
+            f"{command} on Spark Connect needs pyspark 4.0 or later on the client (MLlib over Connect); "
             f"this is pyspark {pyspark.__version__}: upgrade it, or run on a cluster with a SparkContext"
         )
 
@@ -339,7 +339,7 @@ def run_labelled(
 
         raise ConfigError("input: give the labelled Parquet dataset (--input PATH)")
     spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
-    check_mllib(spark)
+    check_mllib(spark, command)
     files = lineage.sources(df).paths if df is not None else None
     with ReportOutput(spark, config.input, config.output, config.write_mode, what, files) as out:
         if df is None:
@@ -425,7 +425,7 @@ def _evaluate(
             own = spec.axes()
             point = {
                 "mechanism": spec.name,
-                "setting": report.series_label(spec.name, {a: own.get(a) for a in axes}),
+                "setting": spec.series_label(),
                 "epsilon": spec.epsilon,
                 **{a: own.get(a) for a in axes},
             }

@@ -262,6 +262,34 @@ def test_evaluate_utility_through_connect_equals_classic(connect_url, spark, lab
     assert m["status"] == "succeeded" and m["rows"]["train"] + m["rows"]["test"] == 120
 
 
+def test_compare_through_connect_equals_classic(connect_url, spark, labelled, tmp_path):
+    """compare's whole job on Connect (the shipped bundles, the perturbations, MLlib, the privacy-risk engine,
+    the text metrics' sums): for a seed, compare.parquet's figures equal the classic run's, to the bit but
+    the seconds each setting took. Two mechanisms, one ε, the 120 rows (one task, as above)."""
+    common = ["compare", "--input", labelled, "--text-column", "text", "--label-column", "label"]
+    common += ["--mechanisms", "laplace,tem", "--epsilons", "10", "--vocab-size", "2000", "--repeats", "1"]
+    common += ["--runs", "4", "--mldp-words", "5", "--mldp-trials", "10", "--refine", "0", "--examples", "1"]
+    common += ["--seed", "4", "--quiet"]
+    if not mllib_on_connect():
+        return refused_without_mllib(common, connect_url, tmp_path / "connect")
+    cli_through_connect([*common, "--output", str(tmp_path / "connect")], connect_url)
+    from dpspark.cli import main
+
+    assert main([*common, "--output", str(tmp_path / "classic")]) == 0
+    import pyarrow.parquet as pq
+
+    connect, classic = (pq.read_table(tmp_path / d / "compare.parquet") for d in ("connect", "classic"))
+    assert connect.num_rows == 2 and connect.drop(["time_s"]).equals(classic.drop(["time_s"]))
+    equal = (pq.read_table(tmp_path / d / "equal_privacy.parquet") for d in ("connect", "classic"))
+    assert next(equal).equals(next(equal))
+    m, c = (json.loads((tmp_path / d / "_dpspark_manifest.json").read_text()) for d in ("connect", "classic"))
+    assert m["status"] == "succeeded" and m["mechanisms"] == ["laplace", "tem"]
+    assert m["recommended"] == c["recommended"] and m["corpus"] == c["corpus"] and m["baseline"] == c["baseline"]
+    for name in m["files"]:
+        assert (tmp_path / "connect" / name).stat().st_size > 0, name
+    assert "## Recommendation" in (tmp_path / "connect" / "report.md").read_text(encoding="utf-8")
+
+
 def test_embedding_model_through_connect(connect_url, labelled, tmp_path):
     """The mean-embedding features (mapInArrow over the shipped bundle, array_to_vector) on Connect, and a
     model fitted on perturbed text (train-time)."""

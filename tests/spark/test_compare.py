@@ -1,6 +1,6 @@
-"""dpspark compare end to end on SMS spam, local[2]: noise off gives the known answers, a grid of two
-mechanisms is refined where the re-identification target falls between its points, and the report
-holds every section with its images embedded."""
+"""dpspark compare end to end on SMS spam, local[2]: noise off gives the known answers and logs to an active
+MLflow run (and the command line, with no run active, to none), a grid of two mechanisms is refined where the
+re-identification target falls between its points, and the report holds every section with its images embedded."""
 
 from __future__ import annotations
 
@@ -39,9 +39,34 @@ def rows_of(out: Path) -> list[dict]:
     return pq.read_table(out / "compare.parquet").to_pylist()
 
 
-def test_noise_off_gives_the_known_answers(spark, data, corpus_vocab, tmp_path):
-    out = tmp_path / "off"
-    m = compare_run(spark, data, out, mechanisms="laplace", epsilons="1e6", vocab_file=corpus_vocab)
+def file_tracking(mp: pytest.MonkeyPatch, store: Path) -> str:
+    """MLflow's tracking store in a folder of the test's own (its file backend: mlflow-skinny has no
+    database one; MLflow 3 asks for MLFLOW_ALLOW_FILE_STORE to use it); returns its URI."""
+    uri = store.as_uri()
+    mp.setenv("MLFLOW_TRACKING_URI", uri)
+    mp.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    return uri
+
+
+@pytest.fixture(scope="module")
+def noise_off(spark, data, corpus_vocab, tmp_path_factory):
+    """The noise-off run (top-1 bound 100%, so a recommendation), inside an active MLflow run whose
+    tracking store is a folder of the test's own: (output, manifest, the store's URI, the run's id)."""
+    import mlflow  # the test extra's mlflow-skinny
+
+    root = tmp_path_factory.mktemp("noise-off")
+    with pytest.MonkeyPatch.context() as mp:
+        uri = file_tracking(mp, root / "mlruns")
+        with mlflow.start_run() as run:
+            m = compare_run(
+                spark, data, root / "off", mechanisms="laplace", epsilons="1e6", vocab_file=corpus_vocab,
+                max_reidentification=1.0,
+            )  # fmt: skip
+    return root / "off", m, uri, run.info.run_id
+
+
+def test_noise_off_gives_the_known_answers(noise_off):
+    out, m, _, _ = noise_off
     (row,) = rows_of(out)
     assert row["pp"] == 0.0 and row["low"] == 1.0 and row["cs"] == pytest.approx(1.0, abs=1e-12)
     assert row["mldp_nw"] == 20 and row["mldp_sw"] == 0
@@ -52,19 +77,70 @@ def test_noise_off_gives_the_known_answers(spark, data, corpus_vocab, tmp_path):
     assert m["files"] == ["compare.parquet", "equal_privacy.parquet", "frontier.png", "report.md", "report.html"]
 
 
+def test_an_active_mlflow_run_gets_the_figures_the_settings_and_the_report(noise_off, tmp_path, monkeypatch):
+    """Inside ``mlflow.start_run()``: every finite figure of compare.parquet as a metric of its setting,
+    the comparison's settings and recommendation as parameters, the report's files as artifacts."""
+    from mlflow.tracking import MlflowClient
+
+    out, m, uri, run_id = noise_off
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=uri)
+    (experiment,) = client.search_experiments()
+    (run,) = client.search_runs([experiment.experiment_id])  # the one the test started, no other
+    assert run.info.run_id == run_id
+    (row,) = rows_of(out)
+    metrics = run.data.metrics
+    assert metrics["laplace_eps_1e06/pp"] == 0.0 and metrics["laplace_eps_1e06/low"] == 1.0
+    assert metrics["laplace_eps_1e06/top1"] == row["top1"] and metrics["laplace_eps_1e06/mldp_nw"] == 20
+    assert metrics["laplace_eps_1e06/train-time_accuracy"] == row["train-time_accuracy"]
+    numbers = {k for k, v in row.items() if isinstance(v, float) and math.isfinite(v) and k != "epsilon"}
+    assert set(metrics) == {f"laplace_eps_1e06/{k}" for k in numbers}
+    assert run.data.params == {
+        "dpspark_compare_mechanisms": "laplace",
+        "dpspark_compare_epsilons": "1e+06",
+        "dpspark_compare_utility_metric": "accuracy",
+        "dpspark_compare_model": m["model"],
+        "dpspark_compare_repeats": "1",
+        "dpspark_compare_runs": "4",
+        "dpspark_compare_target_reidentification": "0.1",
+        "dpspark_compare_setting": "laplace",
+        "dpspark_compare_epsilon": "1e+06",
+    }
+    logged = {Path(a.path).name for a in client.list_artifacts(run_id, "dpspark_compare")}
+    assert logged == set(m["files"])
+    for name in ("report.md", "report.html"):
+        copy = client.download_artifacts(run_id, f"dpspark_compare/{name}", str(tmp_path))
+        assert Path(copy).read_bytes() == (out / name).read_bytes(), name
+
+
 @pytest.fixture(scope="module")
 def two_mechanisms(spark, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("compare") / "two"
-    code = main(
-        [
-            "compare", "--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out),
-            "--mechanisms", "laplace,tem", "--epsilons", "1,30", "--vocab-size", "2000", "--repeats", "1",
-            "--runs", "6", "--mldp-words", "10", "--mldp-trials", "20", "--refine", "1", "--quiet",
-            "--target-reidentification", "0.4",
-        ]
-    )  # fmt: skip
+    """The command line's run (no MLflow run active, a tracking store of the test's own in the environment)."""
+    root = tmp_path_factory.mktemp("compare")
+    out = root / "two"
+    with pytest.MonkeyPatch.context() as mp:
+        file_tracking(mp, root / "mlruns")
+        code = main(
+            [
+                "compare", "--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out),
+                "--mechanisms", "laplace,tem", "--epsilons", "1,30", "--vocab-size", "2000", "--repeats", "1",
+                "--runs", "6", "--mldp-words", "10", "--mldp-trials", "20", "--refine", "1", "--quiet",
+                "--target-reidentification", "0.4",
+            ]
+        )  # fmt: skip
     assert code == 0
     return out, json.loads((out / "_dpspark_manifest.json").read_text())
+
+
+@pytest.mark.heavy
+def test_without_an_active_mlflow_run_nothing_is_logged(two_mechanisms):
+    """MLflow's logging calls would start a run of their own: compare logs only into one already active."""
+    from mlflow.tracking import MlflowClient
+
+    out, _ = two_mechanisms
+    with pytest.MonkeyPatch.context() as mp:
+        client = MlflowClient(tracking_uri=file_tracking(mp, out.parent / "mlruns"))
+        assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
 
 
 @pytest.mark.heavy

@@ -59,3 +59,22 @@ def test_shares_with_intervals():
     assert cr.with_ci(0.5, 0.5, 0.5) == "50.0"  # an exact figure has no interval
     assert cr.with_ci(float("nan"), None, None) == "–"
     assert cr.pct(None) == "–"
+
+
+def test_a_setting_without_its_epsilon_names_one_series_and_its_mlflow_metrics():
+    """``MechanismSpec.series_label``: what compare, evaluate-utility and privacy-risk call a setting (the
+    frontier's lines, the equal-privacy rows); compare's MLflow metric names spell it in ASCII."""
+    from dpspark import mechanisms
+    from dpspark.spark.compare import _mlflow_key
+
+    labels = {
+        "laplace": {"name": "laplace", "epsilon": 5},
+        "mahalanobis λ=0.5": {"name": "mahalanobis", "epsilon": 5, "lambda": 0.5},
+        "tem β=0.001": {"name": "tem", "epsilon": 1e6, "beta": 0.001},
+    }
+    for label, given in labels.items():
+        spec = mechanisms.parse(given)
+        assert spec.series_label() == label
+        assert spec.series_label() == mechanisms.parse({**given, "epsilon": 2}).series_label()  # ε left out
+    assert _mlflow_key("mahalanobis_λ=0.5_eps_1e+06/top1") == "mahalanobis_lambda_0.5_eps_1e06/top1"
+    assert _mlflow_key("tem_β=0.001_eps_5/train-time_accuracy") == "tem_beta_0.001_eps_5/train-time_accuracy"
