@@ -138,11 +138,16 @@ class Space:
         pos, found = self.positions(rows[rows >= 0])
         return np.unique(pos[found])
 
+    @cached_property
+    def _sorted_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """W's embedding rows in ascending order, and where each stands in W (sorted once)."""
+        order = np.argsort(self.vocab_rows, kind="stable")
+        return order, self.vocab_rows[order]
+
     def positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position in W, whether the row is in W) of each embedding row."""
         rows = np.asarray(rows, dtype=np.int64)
-        order = np.argsort(self.vocab_rows, kind="stable")
-        sorted_rows = self.vocab_rows[order]
+        order, sorted_rows = self._sorted_rows
         at = np.minimum(np.searchsorted(sorted_rows, rows), len(sorted_rows) - 1)
         found = sorted_rows[at] == rows
         return np.where(found, order[at], -1), found
