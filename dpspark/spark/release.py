@@ -203,6 +203,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
                 warnings.warn(few, DPSparkWarning, stacklevel=2)
 
         # 6. commit
+        mech = getattr(c, "spec", None)  # perturb's word mechanism (release-vectors': metric, Lipschitz in ε)
         entry = ledger.entry(
             run_id,
             spec,
@@ -210,6 +211,9 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             str(getattr(c, "mechanism", job.command)),
             now(),
             bool(clash),
+            guarantee_type=mech.guarantee_type if mech is not None else "metric",
+            p=getattr(mech, "p", None),
+            draws=getattr(mech, "draws", None),
             command=job.command,
             rows=counts["rows"],
         )
