@@ -6,6 +6,7 @@ in-process rate of the same draws per ε split into noise and search.
 
     python bench/bench_stats.py [--words 10000] [--epsilons 5,10,20] [--lambdas 0,1]
     python bench/bench_stats.py --baseline /tmp/base [--pairs 1]   # against another checkout
+    python bench/bench_stats.py --smoke   # a few seconds, to check that it runs
 
 With --baseline (a git worktree of an earlier commit), the job runs alternately from this tree
 and from the baseline (``PYTHONPATH=<baseline>``, same interpreter and libraries), and the
@@ -29,25 +30,26 @@ from cpu import cpu_line
 HERE = Path(__file__).resolve().parent
 
 
-def one_core_split(epsilons: list[float], lam: float) -> None:
+def one_core_split(epsilons: list[float], lam: float, vocab: int, warm: int) -> None:
     code = f"""
 import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'
 from dpspark import _blas; _blas.prefer_fast_kernels()  # as dpspark commands do
 import time, numpy as np
 from dpspark.embeddings import load_default
-from dpspark.geometry import geometry
-from dpspark.mechanisms import WordMechanism, sample_noise
+from dpspark.mechanisms import Space, parse, sample_noise
 from dpspark.neighbours import exact_index
-E = load_default().vectors; vocab = np.arange(50_000)
-g = geometry(E[vocab], {lam}); idx = exact_index(E[vocab])
-# The warm-up scores 1e10 pairs: AdaptiveIndex moves there, not in the first ε timed.
-m = WordMechanism(E, vocab, 10.0, g.a, idx)
-for _ in range(2): m.perturb_copies(np.arange(1000), 100, np.random.default_rng(0))  # warm-up: 1e10 scores
+E = load_default().vectors; vocab = np.arange({vocab})
+space = Space(E, vocab, exact_index(E[vocab]))
+def mechanism(eps):
+    return parse({{"name": "mahalanobis", "epsilon": eps, "lambda": {lam}}}).build(space)
+# The warm-up (at 50,000 words) scores 1e10 pairs: AdaptiveIndex moves there, not in the first ε timed.
+m = mechanism(10.0)
+for _ in range(2): m.sample_copies(np.arange({warm}), 100, np.random.default_rng(0))
 words = np.sort(np.random.default_rng(0).choice(vocab, 50, replace=False))
 for eps in {epsilons}:
-    m = WordMechanism(E, vocab, eps, g.a, idx)
-    t = time.perf_counter(); m.perturb_copies(words, 100, np.random.default_rng(1)); total = time.perf_counter() - t
-    t = time.perf_counter(); sample_noise(5000, 50, eps, np.random.default_rng(1), g.a)
+    m = mechanism(eps)
+    t = time.perf_counter(); m.sample_copies(words, 100, np.random.default_rng(1)); total = time.perf_counter() - t
+    t = time.perf_counter(); sample_noise(5000, 50, eps, np.random.default_rng(1), m.a)
     noise = time.perf_counter() - t
     share = 100 * noise / total
     print(f"  eps {{eps:>4g}}: {{5000 / total:>9,.0f}} draws/s on one core; noise {{share:.1f}}% of the time, "
@@ -61,7 +63,8 @@ def run_job(a, tree: Path | None) -> tuple[dict, float]:
         out = Path(tmp) / "stats"
         cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]
         cmd += ["privacy-stats", "--output", str(out), "--words", str(a.words), "--runs", str(a.runs)]
-        cmd += ["--epsilons", a.epsilons, "--lambdas", a.lambdas, "--vocab-size", "50000", "--master", "local[2]"]
+        cmd += ["--epsilons", a.epsilons, "--lambdas", a.lambdas, "--vocab-size", str(a.vocab_size)]
+        cmd += ["--master", "local[2]"]
         env = {**os.environ, **({"PYTHONPATH": str(tree)} if tree else {})}
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree or HERE.parent)
@@ -79,13 +82,17 @@ def main() -> None:
     ap.add_argument("--lambdas", default="0,1")
     ap.add_argument("--baseline", type=Path, help="a checkout (git worktree) to compare with")
     ap.add_argument("--pairs", type=int, default=1)
+    ap.add_argument("--vocab-size", type=int, default=50_000)
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 200 words x K=5, one ε and λ, 5,000 words")
     a = ap.parse_args()
+    if a.smoke:
+        a.words, a.runs, a.epsilons, a.lambdas, a.vocab_size = 200, 5, "10", "1", 5_000
     eps = [float(x) for x in a.epsilons.split(",")]
     lams = a.lambdas.split(",")
     draws = a.words * a.runs * len(eps) * len(lams)
     print(
         f"== privacy-stats, local[2]: {a.words:,} words x K={a.runs} x {len(lams)} lambda x {len(eps)} epsilon "
-        f"= {draws:,} draws, vocabulary 50,000, exact search"
+        f"= {draws:,} draws, vocabulary {a.vocab_size:,}, exact search"
     )
     print(f"CPU: {cpu_line()}")
     trees = [("this tree", None)] + ([("baseline", a.baseline)] if a.baseline else [])
@@ -104,7 +111,7 @@ def main() -> None:
         new, base = statistics.median(walls["this tree"]), statistics.median(walls["baseline"])
         print(f"  medians of {a.pairs}: statistics {base:.1f} s (baseline) -> {new:.1f} s = {base / new:.2f}x faster")
     print("== what dominates (one core, in process, dpspark's default index, 50 words x K=100, lambda=1)")
-    one_core_split(eps, 1.0)
+    one_core_split(eps, 1.0, a.vocab_size, warm=20 if a.smoke else 1000)
 
 
 if __name__ == "__main__":

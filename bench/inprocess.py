@@ -39,12 +39,17 @@ def token_texts(words: list[str], n_tokens: int, per_text: int = 20) -> list[str
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--vocab-size", type=int, required=True)
-    ap.add_argument("--tokens", type=int, required=True)
+    ap.add_argument("--vocab-size", type=int)
+    ap.add_argument("--tokens", type=int)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epsilon", type=float, default=10.0)
     ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 5,000 words, 2,000 tokens, one repeat")
     a = ap.parse_args()
+    if a.smoke:
+        a.vocab_size, a.tokens, a.repeats = a.vocab_size or 5_000, a.tokens or 2_000, 1
+    if not (a.vocab_size and a.tokens):
+        ap.error("--vocab-size and --tokens are required (or --smoke)")
 
     emb = load_default()
     t0 = time.perf_counter()
@@ -72,7 +77,7 @@ def main() -> None:
                 "tokens_per_s_runs": [round(x, 1) for x in rates],
                 "preparation_s": round(prep_s, 3),
                 "coretype": os.environ.get("OPENBLAS_CORETYPE", "openblas"),
-                "index": type(perturber.mechanism.index).__name__,
+                "index": type(perturber.mechanism.space.index).__name__,
             }
         )
     )
