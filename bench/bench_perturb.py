@@ -8,7 +8,7 @@ Prints tokens/s for
   3. pypantera and mldp-text on the same tokens with the 50,000-word vocabulary, as
      ratios (needs bench/.peers-venv: `make bench-peers-venv`; skipped with a note if absent).
 
-    python bench/bench_perturb.py [--quick] [--e2e-vocab 50000] [--skip-e2e] [--skip-peers]
+    python bench/bench_perturb.py [--quick | --smoke] [--e2e-vocab 50000] [--skip-e2e] [--skip-peers]
 """
 
 from __future__ import annotations
@@ -146,9 +146,12 @@ def main() -> None:
     ap.add_argument("--e2e-tokens", type=int, default=1_000_000)
     ap.add_argument("--skip-e2e", action="store_true")
     ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="--quick at 5,000 words and 5,000 tokens, no peers")
     a = ap.parse_args()
-    repeats = 1 if a.quick else 3
+    repeats = 1 if a.quick or a.smoke else 3
     sizes = {400_000: 4_000 if a.quick else 20_000, 50_000: 20_000 if a.quick else 100_000}
+    if a.smoke:
+        sizes, a.e2e_vocab, a.e2e_tokens, a.skip_peers = {5_000: 2_000}, 5_000, 5_000, True
 
     print("== in-process, one core, Mahalanobis lambda=1, epsilon=10, exact search")
     print(f"  CPU: {cpu_line()}")
