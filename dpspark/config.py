@@ -49,6 +49,20 @@ def _sorted_unique(values: list[float], check: Any, example: str) -> list[float]
 _NAME_PART = re.compile(r"`?([A-Za-z0-9_]+)`?")
 
 
+def _word_file(what: str) -> Any:
+    """A word file's check, before Spark starts: UTF-8 text, one word per line (``prepare.read_word_list``);
+    a path that is not a local file here is read (and refused if missing) where it is used."""
+
+    def check(cls: Any, v: str | None) -> str | None:
+        if v and Path(v).is_file():
+            from dpspark.prepare import read_word_list  # prepare imports this module
+
+            read_word_list(v, what)
+        return v
+
+    return check
+
+
 def table_name_parts(name: str) -> list[str]:
     """``catalog.schema.table``, ``schema.table`` or ``table`` → its parts (backticks removed).
 
@@ -100,11 +114,14 @@ class Settings(BaseModel):
 
     @validator("*", pre=True, allow_reuse=True)
     def _whole_number(cls, v: Any, field: Any) -> Any:
-        """An integer setting refuses 1.5 as its flag does (pydantic would truncate it to 1)."""
+        """An integer setting refuses 1.5 as its flag does (pydantic would truncate it to 1), and a number
+        refuses YAML's true and false (pydantic would read them as 1 and 0)."""
         kind = field.type_
         integer = isinstance(kind, type) and issubclass(kind, int) and not issubclass(kind, bool)
         if integer and isinstance(v, float) and not v.is_integer():
             raise ValueError(f"must be a whole number (e.g. 7), got {v!r}")
+        if isinstance(v, bool) and (integer or (isinstance(kind, type) and issubclass(kind, float))):
+            raise ValueError(f"must be a number, got {v!r}: write the number itself (e.g. 2), not true or false")
         return v
 
     @classmethod
@@ -190,6 +207,8 @@ class EmbeddingSettings(Settings):
     )
     vocab_size: int = Field(default=50_000, ge=2, description="output vocabulary: the first N words (50000)")
     vocab_file: str | None = Field(default=None, description="output vocabulary: a public word list, one per line")
+
+    _vocab_file = after("vocab_file")(_word_file("vocabulary file"))
 
     def load_embeddings(self) -> Embeddings:
         """The embedding these settings name, loaded and validated."""
@@ -361,6 +380,8 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
 
     @whole
     def _consistent(self) -> None:
+        if not self.vocab_file and not self.vocab_from_corpus:
+            self.spec.check_vocabulary(self.vocab_size)  # validates the mechanism's parameters too
         self.spec  # noqa: B018 - validates the mechanism's parameters
         if len(set(self.columns)) != len(self.columns):
             raise ValueError(f"columns are listed twice: {self.columns}")
@@ -420,7 +441,8 @@ def parse_grid(v: Any) -> dict[str, list[float | str]]:
         return {}
     if isinstance(v, dict):
         return {str(k): [_grid_value(x) for x in _comma_list(x)] for k, x in v.items()}
-    parts = v.split() if isinstance(v, str) else [str(x) for x in v]
+    # "lambda=0,1 t=0.5" as one value or as several (the help's quoted example is one argument)
+    parts = v.split() if isinstance(v, str) else [p for x in v for p in str(x).split()]
     out: dict[str, list[float | str]] = {}
     for part in parts:
         key, sep, values = part.partition("=")
@@ -446,7 +468,8 @@ class GridSettings(Settings):
     )
     grid: dict[str, list[float | str]] = Field(
         default_factory=dict,
-        description="the mechanisms' own axes, e.g. 'lambda=0,1 t=0.25,0.5 beta=0.001' (each mechanism takes its own)",
+        description="the mechanisms' own axes, e.g. --mechanisms vickrey,tem --grid 'lambda=0,1 t=0.25,0.5 "
+        "beta=0.001' (each mechanism takes its own; every axis must belong to one of --mechanisms)",
     )
 
     default_lambdas: ClassVar[tuple[float, ...]] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -465,7 +488,10 @@ class GridSettings(Settings):
 
     @whole
     def _settings_valid(self) -> None:
-        self.settings()
+        settings = self.settings()
+        if getattr(self, "vocab_size", None) and not getattr(self, "vocab_file", None):
+            for s in settings:
+                s.check_vocabulary(self.vocab_size)
 
     def settings(self) -> list[mechanisms.MechanismSpec]:
         """Every setting of the grid, validated, in a stable order (mechanism, its axes, ε)."""
@@ -479,13 +505,24 @@ class GridSettings(Settings):
         if names is None and single not in (None, "mahalanobis", "laplace"):
             names = [single]
         if names is None:
+            other = sorted(set(grid) - {"lambda"})
+            if other:
+                raise ValueError(
+                    f"grid axes {other} need --mechanisms naming the mechanisms they belong to (without it the "
+                    "grid is the λ grid of laplace and mahalanobis)"
+                )
             lams = grid.get("lambda", list(self.default_lambdas))
             chosen = [("laplace", {})] if 0.0 in lams else []
             chosen += [("mahalanobis", {"lambda": lam}) for lam in lams if lam != 0.0]
         else:
-            unused = set(grid) - {p for m in names for p in mechanisms.REGISTRY[m].parameter_names()}
+            # laplace is λ = 0: a lambda axis belongs to mahalanobis or vickrey, never to laplace
+            own_axes = {p for m in names if m != "laplace" for p in mechanisms.REGISTRY[m].parameter_names()}
+            unused = set(grid) - own_axes
             if unused:
-                raise ValueError(f"grid axes {sorted(unused)} are parameters of none of the mechanisms {names}")
+                raise ValueError(
+                    f"grid axes {sorted(unused)} are parameters of none of the mechanisms {names}"
+                    + (" (laplace is λ = 0: add mahalanobis for λ > 0)" if "lambda" in unused else "")
+                )
             chosen = []
             for name in names:
                 own = [p for p in mechanisms.REGISTRY[name].parameter_names() if p in grid and name != "laplace"]
@@ -522,6 +559,7 @@ class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSetting
 
     _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
     _columns = before("columns")(PerturbConfig._columns.__func__)
+    _word_list = after("word_list")(_word_file("word list"))
 
     @after("epsilons")
     def _epsilons(cls, v: list[float]) -> list[float]:
@@ -619,6 +657,14 @@ class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, Index
         return v
 
     @whole
+    def _columns_named(self) -> None:
+        # Fields left at their default "" are not validated one by one: name every missing flag here.
+        missing = [f"--{n.replace('_', '-')}" for n in ("text_column", "label_column") if getattr(self, n, None) == ""]
+        if missing:
+            verb = "is" if len(missing) == 1 else "are"
+            raise ValueError(f"{' and '.join(missing)} {verb} required: name the input's column(s) to use")
+
+    @whole
     def _laplace_grid(self) -> None:
         if self.mechanism == "laplace" and self.mechanisms is None and self.lambdas != [0.0]:
             raise ValueError(
@@ -699,6 +745,8 @@ class RiskConfig(CorpusGridSettings):
     doc_runs: int = Field(
         default=10, ge=1, description="runs per row of the per-document exposure of --sensitive-words (10)"
     )
+
+    _sensitive_words = after("sensitive_words")(_word_file("sensitive words file"))
 
     @after("runs")
     def _runs(cls, v: int) -> int:

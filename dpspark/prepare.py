@@ -269,13 +269,21 @@ def guarantee_text(c: PerturbConfig, mechanism: str) -> str:
     return text
 
 
-def read_word_list(path: str) -> list[str]:
+def read_word_list(path: str, what: str = "vocabulary file") -> list[str]:
+    """The words of a file, one per line (UTF-8), each once: a missing, empty or non-UTF-8 file is a
+    ConfigError (every word file's reader: --vocab-file, --word-list, --sensitive-words)."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"vocabulary file {path} not found (one word per line)")
-    words = [w.strip() for w in p.read_text(encoding="utf-8").splitlines() if w.strip()]
+        raise ConfigError(f"{what} {path} not found (one word per line)")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8, one word per line"
+        ) from None
+    words = [w.strip() for w in text.splitlines() if w.strip()]
     if not words:
-        raise ConfigError(f"vocabulary file {path} is empty")
+        raise ConfigError(f"{what} {path} is empty")
     return list(dict.fromkeys(words))
 
 

@@ -365,6 +365,10 @@ class MechanismSpec(BaseModel):
         """The guarantee of one token in words, with this setting's numbers."""
         raise NotImplementedError
 
+    def check_vocabulary(self, size: int) -> None:
+        """Refuse (ConfigError) a setting that a vocabulary of ``size`` words cannot take; called on the
+        settings before Spark starts (``vocab_size``) and again on the vocabulary itself (``prepare``)."""
+
     def outside(self) -> list[str]:
         """What this mechanism releases outside its guarantee by design (beside the run's opt-ins)."""
         return []

@@ -285,7 +285,15 @@ class CusText(MechanismSpec):
             store=True,
         )
 
+    def check_vocabulary(self, size: int) -> None:
+        if self.top_k > size:
+            raise ConfigError(
+                f"top_k K = {self.top_k} exceeds the {size:,} words of the vocabulary that {self.name} groups: "
+                f"choose K of at most {size:,} (20 by default), or a larger vocabulary"
+            )
+
     def prepare(self, space: Space) -> list[str]:
+        self.check_vocabulary(space.size - len(self.stop_positions(space)))
         self.groups(space)
         return [self.artefact_name]
 

@@ -93,7 +93,13 @@ class SanTextPlus(MechanismSpec):
 
     @validator("sensitive_words", pre=True, allow_reuse=True)
     def _sensitive_words(cls, v: Any) -> str | None:
-        return None if v in (None, "") else str(v)
+        from dpspark.prepare import read_word_list  # prepare imports the mechanisms
+
+        if v in (None, ""):
+            return None
+        if Path(str(v)).is_file():
+            read_word_list(str(v), "sensitive words file")  # a bad file refused here, before Spark starts
+        return str(v)
 
     @classmethod
     def axis_names(cls) -> list[str]:
@@ -222,10 +228,10 @@ def protected_positions(space: Space, spec: SanTextPlus) -> np.ndarray:
         count = max(1, int(spec.sensitive_fraction * space.size))
         by_rank = np.argsort(space.vocab_rows, kind="stable")  # most frequent first
         return np.sort(by_rank[space.size - count :])
+    from dpspark.prepare import read_word_list  # prepare imports the mechanisms
+
     path = Path(spec.sensitive_words)
-    if not path.is_file():
-        raise ConfigError(f"sensitive words file {path} not found (one word per line)")
-    words = [w.strip() for w in path.read_text(encoding="utf-8").splitlines() if w.strip()]
+    words = read_word_list(str(path), "sensitive words file")
     positions = space.word_positions(words)
     if not len(positions):
         raise ConfigError(

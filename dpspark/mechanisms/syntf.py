@@ -60,6 +60,11 @@ class SynTFWords(MechanismSpec):
         )
 
 
+# SynTF's largest n: a batch of rows holds n drawn words per row (10,000 rows of 1,000 words are
+# 10 million words in memory), and at n·ε per document a larger n guarantees nothing useful.
+MAX_DRAWS = 1_000
+
+
 class SynTF(MechanismSpec):
     """SynTF's synthetic term-frequency vector per document (``syntf``): n words, each the word draw of a
     word drawn from the document's term frequencies; released as the drawn words (a text in sorted order)
@@ -91,8 +96,11 @@ class SynTF(MechanismSpec):
             value = float(v)
         except (TypeError, ValueError):
             value = math.nan
-        if isinstance(v, bool) or not value.is_integer() or value < 1:
-            raise ConfigError(f"draws must be a whole number >= 1 (words per document), got {v!r}")
+        if isinstance(v, bool) or not value.is_integer() or not 1 <= value <= MAX_DRAWS:
+            raise ConfigError(
+                f"draws must be a whole number from 1 to {MAX_DRAWS:,} (words drawn per document: each document "
+                f"spends n·ε, and a batch holds n words per row), got {v!r}"
+            )
         return int(value)
 
     def axes(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from dpspark import ledger
@@ -60,3 +61,140 @@ def test_ledger_old_entries_keep_their_sum_and_type():
     assert row["by_guarantee_type"] == [
         {"guarantee_type": "metric", "unit": ledger.UNITS["metric"], "spent": 20.0, "unbounded": False, "releases": 2}
     ]
+
+
+# --- refusals before Spark starts: exit code, one sentence, nothing changed or left behind ----------
+
+
+@pytest.fixture()
+def raw(tmp_path):
+    """A small Parquet input and a snapshot of every file under tmp_path (bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "raw"
+    d.mkdir()
+    pq.write_table(
+        pa.table({"text": ["the city is quiet", "a dog ran home"], "label": ["a", "b"]}), d / "part-0.parquet"
+    )
+    return d
+
+
+def _snapshot(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _refused(capsys, tmp_path, argv, code, *phrases):
+    """Run the CLI; assert the exit code, one error line naming ``phrases``, and tmp_path unchanged."""
+    from dpspark.cli import main
+
+    before = _snapshot(tmp_path)
+    assert main(argv) == code
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"dpspark {argv[0]}: error: "), err
+    for phrase in phrases:
+        assert phrase in err[0], err[0]
+    assert _snapshot(tmp_path) == before  # the input byte-identical, nothing written beside it
+    assert not (tmp_path / "out").exists()
+    return err[0]
+
+
+def test_custext_top_k_larger_than_the_vocabulary_is_refused(capsys, tmp_path, raw):
+    argv = ["perturb", "--input", str(raw), "--output", str(tmp_path / "out"), "--columns", "text", "--epsilon", "5"]
+    _refused(
+        capsys,
+        tmp_path,
+        [*argv, "--mechanism", "custext", "--top-k", "100000", "--vocab-size", "2000"],
+        2,
+        "top_k K = 100000 exceeds the 2,000 words",
+    )
+
+
+def test_custext_top_k_is_checked_against_the_vocabulary_itself():
+    from dpspark.errors import ConfigError
+    from dpspark.mechanisms import Space, parse
+
+    vectors = np.random.default_rng(0).normal(size=(30, 4))
+    space = Space(vectors, np.arange(30))
+    with pytest.raises(ConfigError, match="top_k K = 31 exceeds the 30 words"):
+        parse({"name": "custext", "epsilon": 5, "top_k": 31}).prepare(space)
+
+
+@pytest.mark.parametrize("flag", ["--vocab-file", "--sensitive-words"])
+def test_word_files_that_are_not_utf8_are_refused(capsys, tmp_path, raw, flag):
+    words = tmp_path / "words.txt"
+    words.write_bytes("café\nword\n".encode("latin-1"))
+    argv = ["perturb", "--input", str(raw), "--output", str(tmp_path / "out"), "--columns", "text", "--epsilon", "5"]
+    if flag == "--sensitive-words":
+        argv += ["--mechanism", "santext-plus"]
+    _refused(capsys, tmp_path, [*argv, flag, str(words)], 2, f"{words} is not UTF-8 text", "save it as UTF-8")
+
+
+def test_word_list_and_risk_sensitive_words_not_utf8(capsys, tmp_path, raw):
+    words = tmp_path / "words.txt"
+    words.write_bytes(b"\xff\xfeword\n")
+    out = str(tmp_path / "out")
+    _refused(capsys, tmp_path, ["privacy-stats", "--output", out, "--word-list", str(words)], 2, "not UTF-8 text")
+    argv = ["privacy-risk", "--input", str(raw), "--output", out, "--text-column", "text"]
+    _refused(capsys, tmp_path, [*argv, "--sensitive-words", str(words)], 2, "not UTF-8 text")
+
+
+def test_the_helps_quoted_grid_example_parses():
+    from dpspark import config
+    from dpspark.cli import parse_args
+
+    quoted = "lambda=0,1 t=0.25,0.5 beta=0.001"  # one argument, as the help quotes it
+    args = parse_args(["privacy-stats", "--output", "o", "--mechanisms", "vickrey,tem", "--grid", quoted])
+    c = config.StatsConfig.parse({k: v for k, v in args.items() if k != "command"})
+    assert c.grid == {"lambda": [0.0, 1.0], "t": [0.25, 0.5], "beta": [0.001]}
+    settings = c.settings()
+    vickrey = {(s.lam, s.t) for s in settings if s.name == "vickrey"}
+    assert vickrey == {(0.0, 0.25), (0.0, 0.5), (1.0, 0.25), (1.0, 0.5)}
+    assert {s.beta for s in settings if s.name == "tem"} == {0.001}
+    assert len(settings) == 5 * len(c.epsilons)
+
+
+@pytest.mark.parametrize(
+    "extra, phrase",
+    [
+        (["--mechanisms", "laplace", "--grid", "lambda=0.5,1"], "grid axes ['lambda'] are parameters of none"),
+        (["--grid", "t=0.5"], "grid axes ['t'] need --mechanisms"),
+    ],
+)
+def test_a_grid_axis_no_mechanism_takes_is_refused(capsys, tmp_path, extra, phrase):
+    _refused(capsys, tmp_path, ["privacy-stats", "--output", str(tmp_path / "out"), *extra], 2, phrase)
+
+
+def test_yaml_true_is_not_a_number(capsys, tmp_path, raw):
+    conf = tmp_path / "c.yaml"
+    conf.write_text(
+        f"input: {raw}\noutput: {tmp_path / 'out'}\ncolumns: text\nepsilon: 5\nmechanism: 1-diffractor\nlists: true\n"
+    )
+    _refused(capsys, tmp_path, ["perturb", "--config", str(conf)], 2, "lists: must be a number, got True")
+
+
+@pytest.mark.parametrize("how", ["flag", "grid"])
+def test_syntf_draws_beyond_its_bound_are_refused(capsys, tmp_path, raw, how):
+    out = str(tmp_path / "out")
+    if how == "flag":
+        argv = ["perturb", "--input", str(raw), "--output", out, "--columns", "text", "--epsilon", "5"]
+        argv += ["--mechanism", "syntf", "--draws", "1000000000"]
+    else:
+        argv = ["compare", "--input", str(raw), "--output", out, "--text-column", "text", "--label-column", "label"]
+        argv += ["--mechanisms", "syntf", "--grid", "draws=1e9"]
+    _refused(capsys, tmp_path, argv, 2, "draws must be a whole number from 1 to 1,000")
+
+
+@pytest.mark.parametrize(
+    "command, given, phrase",
+    [
+        ("compare", [], "--text-column and --label-column are required"),
+        ("evaluate-utility", ["--text-column", "text"], "--label-column is required"),
+        ("privacy-risk", [], "--text-column is required"),
+    ],
+)
+def test_missing_column_flags_are_named(capsys, tmp_path, raw, command, given, phrase):
+    err = _refused(
+        capsys, tmp_path, [command, "--input", str(raw), "--output", str(tmp_path / "out"), *given], 2, phrase
+    )
+    assert "same column" not in err
