@@ -10,6 +10,7 @@ tree so that both see the same machine load, and prints per run and as medians:
 
     git worktree add /tmp/base <commit>
     python bench/bench_demo.py --baseline /tmp/base [--pairs 4]
+    python bench/bench_demo.py --smoke   # 5,000 words, one pair and one logged run, this tree against itself
 
 The baseline runs with this interpreter and ``PYTHONPATH=<baseline>``, so both use the same
 installed libraries and read the same input (this tree's examples/reviews.parquet); only
@@ -99,13 +100,13 @@ def breakdown(log: str) -> dict[str, float]:
     return out
 
 
-def run(tree: Path, out: Path, log4j: Path | None = None) -> dict:
+def run(tree: Path, out: Path, log4j: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     if log4j is not None:
         env["SPARK_SUBMIT_OPTS"] = f"{jvm_opts(tree)} -Dlog4j2.configurationFile=file:{log4j}"
     cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]
     cmd += ["perturb", "--config", "conf/perturb.yaml", "--epsilon", "6", "--output", str(out), "--quiet"]
-    cmd += ["--input", str(SAMPLE)]  # both trees read this tree's sample: only the code differs
+    cmd += ["--input", str(SAMPLE), *extra]  # both trees read this tree's sample: only the code differs
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -121,10 +122,16 @@ def run(tree: Path, out: Path, log4j: Path | None = None) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--baseline", required=True, type=Path, help="a checkout (git worktree) to compare with")
+    ap.add_argument("--baseline", type=Path, help="a checkout (git worktree) to compare with")
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--breakdown", action="store_true", help="also split perturb-and-write into phases")
+    ap.add_argument("--smoke", action="store_true", help="5,000 words, one pair, a breakdown; this tree against itself")
     a = ap.parse_args()
+    extra = ("--vocab-size", "5000") if a.smoke else ()
+    if a.smoke:
+        a.baseline, a.pairs, a.breakdown = a.baseline or ROOT, 1, True
+    if a.baseline is None:
+        ap.error("--baseline is required (or --smoke)")
     print(f"CPU: {cpu_line()}; python {sys.version.split()[0]}")
     trees = {"baseline": a.baseline.resolve(), "this": ROOT}
     results: dict[str, list[dict]] = {k: [] for k in trees}
@@ -132,7 +139,7 @@ def main() -> None:
         for i in range(a.pairs):
             order = list(trees) if i % 2 == 0 else list(reversed(trees))
             for name in order:
-                r = run(trees[name], Path(tmp) / f"{name}-{i}")
+                r = run(trees[name], Path(tmp) / f"{name}-{i}", extra=extra)
                 results[name].append(r)
                 print(
                     f"  pair {i + 1} {name:>8}: perturb-and-write {r['write_s']:6.2f} s, "
@@ -150,8 +157,9 @@ def main() -> None:
             log4j = Path(tmp) / "log4j2.properties"
             log4j.write_text(LOG4J)
             print("== breakdown of perturb-and-write, one logged run each (s)")
-            for name, tree in trees.items():
-                r = run(tree, Path(tmp) / f"{name}-logged", log4j)
+            # The smoke's baseline is this tree: one logged run covers the code.
+            for name, tree in list(trees.items())[-1:] if a.smoke else trees.items():
+                r = run(tree, Path(tmp) / f"{name}-logged", log4j, extra)
                 phases = ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
                 print(f"  {name:>8}: perturb-and-write {r['write_s']:.2f}: {phases}")
 
