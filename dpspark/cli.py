@@ -106,6 +106,8 @@ EXAMPLES = {
     "doctor": ("dpspark doctor",),
 }
 RELEASES = ("perturb", "release-vectors")  # the commands that write a ledger (exit codes 7 and 8)
+# The commands that search nearest words (where the BLAS kernel's speed matters: ``_blas.kept_kernel_note``).
+SEARCHES = ("perturb", "privacy-stats", "calibrate", "embedding-report", "evaluate-utility", "privacy-risk", "compare")
 REQUIRED_TITLE = "required (as flags or in --config FILE)"
 GENERAL_TITLE = "general"
 OTHER_TITLE = "other settings"
@@ -535,8 +537,6 @@ def main(argv: list[str] | None = None) -> int:
     # --quiet silences logs, warnings and progress (the manifest records the opt-ins); results still print.
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("dpspark").setLevel(logging.ERROR if quiet else logging.INFO)
-    if kept:
-        logging.getLogger("dpspark.blas").info(kept)  # "dpspark" itself logs JSON events only
     from dpspark import config
 
     try:
@@ -544,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         c = model.from_sources(args.pop("config", None), args)
         if c.quiet:  # quiet: true in the --config file
             logging.getLogger("dpspark").setLevel(logging.ERROR)
+        if kept and command in SEARCHES and not c.quiet:  # where the search runs, once the settings are valid
+            logging.getLogger("dpspark.blas").info(kept)  # "dpspark" itself logs JSON events only
         with warnings.catch_warnings():
             if c.quiet:
                 warnings.simplefilter("ignore")

@@ -198,3 +198,63 @@ def test_missing_column_flags_are_named(capsys, tmp_path, raw, command, given, p
         capsys, tmp_path, [command, "--input", str(raw), "--output", str(tmp_path / "out"), *given], 2, phrase
     )
     assert "same column" not in err
+
+
+# --- a new user's first hour -----------------------------------------------------------------------
+
+
+def test_threadpoolctl_is_a_dependency_so_doctor_passes_after_a_plain_install():
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "setup.py").read_text(encoding="utf-8"))
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    requires = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "install_requires"))
+    assert "threadpoolctl>=2.2" in requires  # what doctor's "blas threads" check reads (3.x passes it)
+    from dpspark import doctor
+
+    assert doctor.check_blas({}, "3.5.0").ok and not doctor.check_blas({}, None).ok
+
+
+NOTE = "OPENBLAS_CORETYPE=SkylakeX from the environment is kept (test)"
+
+
+@pytest.fixture()
+def blas_note(monkeypatch):
+    from dpspark import _blas, cli
+
+    monkeypatch.setattr(_blas, "kept_kernel_note", lambda fields=None: NOTE)
+    monkeypatch.setattr(_blas, "prefer_fast_kernels", lambda: None)
+    ran = []
+    monkeypatch.setattr(cli, "_cmd_privacy_stats", lambda c: ran.append(c) or 0)
+    return ran
+
+
+def _blas_lines(caplog):
+    return [r for r in caplog.records if r.name == "dpspark.blas"]
+
+
+def test_blas_note_never_on_an_argument_error(blas_note, caplog, capsys, tmp_path):
+    _refused(capsys, tmp_path, ["privacy-stats", "--output", str(tmp_path / "out"), "--runs", "1"], 2, "runs")
+    assert not _blas_lines(caplog) and not blas_note
+
+
+@pytest.mark.parametrize("where", ["flag", "config file"])
+def test_blas_note_never_with_quiet(blas_note, caplog, tmp_path, where):
+    from dpspark.cli import main
+
+    conf = tmp_path / "quiet.yaml"
+    conf.write_text("quiet: true\n")
+    quiet = ["--quiet"] if where == "flag" else ["--config", str(conf)]
+    assert main(["privacy-stats", "--output", str(tmp_path / "out"), *quiet]) == 0
+    assert blas_note and not _blas_lines(caplog)
+
+
+def test_blas_note_where_the_search_runs(blas_note, caplog, tmp_path):
+    import logging
+
+    from dpspark.cli import main
+
+    with caplog.at_level(logging.INFO, logger="dpspark.blas"):
+        assert main(["privacy-stats", "--output", str(tmp_path / "out")]) == 0
+    assert blas_note and [r.getMessage() for r in _blas_lines(caplog)] == [NOTE]
