@@ -8,9 +8,10 @@ embedding and W's float64 vectors, before the build, is printed beside it. Build
 wall-clock and as the process's CPU time (on a shared machine the CPU time is the steadier figure).
 
 After the mapping (and outside its peak): the sampler's per-ε table at ε = 10 (V×K cumulative
-probabilities) and tokens/s of ``sample`` on 10⁶ tokens drawn uniformly from W.
+probabilities) and tokens/s of ``sample`` on --tokens (10⁶) tokens drawn uniformly from W.
 
     python bench/bench_custext_mapping.py [--sizes 50000 400000] [--top-k 20] [--similarity cosine euclidean]
+    python bench/bench_custext_mapping.py --smoke   # 5,000 words, 10,000 tokens sampled
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def measure(size: int, top_k: int, similarity: str) -> dict:
+def measure(size: int, top_k: int, similarity: str, n_tokens: int) -> dict:
     """One build in this process: seconds, peak RSS, and the group sizes."""
     from dpspark.embeddings import load_default
     from dpspark.mechanisms import Space
@@ -65,7 +66,7 @@ def measure(size: int, top_k: int, similarity: str) -> dict:
     t0 = time.perf_counter()
     sampler.table  # noqa: B018 - the per-ε table, built on first use
     table = time.perf_counter() - t0
-    tokens = np.random.default_rng(0).integers(0, size, 1_000_000)
+    tokens = np.random.default_rng(0).integers(0, size, n_tokens)
     t0 = time.perf_counter()
     sampler.sample(tokens, np.random.default_rng(1))
     rate = len(tokens) / (time.perf_counter() - t0)
@@ -89,10 +90,14 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[50_000, 400_000])
     ap.add_argument("--top-k", type=int, default=20)
     ap.add_argument("--similarity", nargs="+", default=["cosine", "euclidean"])
+    ap.add_argument("--tokens", type=int, default=1_000_000, help="tokens sampled for tokens/s")
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 5,000 words, 10,000 tokens")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a single measurement, as JSON
     a = ap.parse_args()
+    if a.smoke:
+        a.sizes, a.tokens = [5_000], 10_000
     if a.one:
-        print(json.dumps(measure(a.sizes[0], a.top_k, a.similarity[0])))
+        print(json.dumps(measure(a.sizes[0], a.top_k, a.similarity[0], a.tokens)))
         return
     print(f"CPU: {cpu_line()}; load average {os.getloadavg()[0]:.1f} at start; one BLAS thread")
     print(
@@ -102,6 +107,7 @@ def main() -> None:
     for size in a.sizes:
         for similarity in a.similarity:
             cmd = [sys.executable, str(Path(__file__)), "--one", "--sizes", str(size), "--top-k", str(a.top_k)]
+            cmd += ["--tokens", str(a.tokens)]
             out = subprocess.run([*cmd, "--similarity", similarity], capture_output=True, text=True, cwd=HERE)
             if out.returncode:
                 sys.exit(out.stderr)

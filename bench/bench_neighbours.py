@@ -5,7 +5,7 @@ GloVe 50-d, Mahalanobis λ = 1, noisy points of uniformly drawn vocabulary words
 recall@1 against it for several search_k values (the manifest reports the same
 figure for a run's own ε).
 
-    python bench/bench_neighbours.py [--vocab-size 50000] [--queries 2000] [--trees 50]
+    python bench/bench_neighbours.py [--vocab-size 50000] [--queries 2000] [--trees 50] [--smoke]
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=50_000)
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--trees", type=int, default=50)
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 5,000 words, 200 queries, 5 trees")
     a = ap.parse_args()
+    if a.smoke:
+        a.vocab_size, a.queries, a.trees = 5_000, 200, 5
     vectors = load_default().vectors[: a.vocab_size]
     g = geometry(vectors, 1.0)
     exact = ExactIndex(vectors)
