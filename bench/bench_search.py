@@ -10,6 +10,7 @@ near-ties).
     python bench/bench_search.py [--queries 4096] [--repeats 3]
     python bench/bench_search.py --check 1000000    # exactness only, over that many queries
     python bench/bench_search.py --two              # query against query_two (Vickrey's search)
+    python bench/bench_search.py --smoke            # all three at 5,000 words, in seconds
 
 The float64 reference (``reference``) is exact by proof, not by trust: float32 GEMM scores
 with a rounding bound, every word within twice the bound of the best re-ranked by its
@@ -207,7 +208,10 @@ def main() -> None:
     ap.add_argument("--check", type=int, default=0, help="exactness over this many queries instead of timing")
     ap.add_argument("--sample", type=int, default=64, help="--check: reference rows also checked directly")
     ap.add_argument("--two", action="store_true", help="query against query_two (Vickrey's best two) instead")
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: timing, --two and --check at 5,000 words")
     a = ap.parse_args()
+    if a.smoke:
+        a.queries, a.repeats, a.sizes, a.epsilons, a.check, a.sample = 256, 1, "5000", "10", 1024, 16
     import torch
 
     torch.set_num_threads(1)
@@ -216,12 +220,12 @@ def main() -> None:
     sizes = [int(s) for s in a.sizes.split(",")]
     epsilons = [float(e) for e in a.epsilons.split(",")]
     emb = load_default()
+    if a.smoke or not (a.check or a.two):
+        speed(emb, sizes, epsilons, a.queries, a.repeats)
+    if a.smoke or (a.two and not a.check):
+        best_two(emb, sizes, epsilons, a.queries, a.repeats)
     if a.check:
         check(emb, sizes, epsilons, a.check, a.sample)
-    elif a.two:
-        best_two(emb, sizes, epsilons, a.queries, a.repeats)
-    else:
-        speed(emb, sizes, epsilons, a.queries, a.repeats)
 
 
 if __name__ == "__main__":
