@@ -546,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("dpspark").setLevel(logging.ERROR)
         if kept and command in SEARCHES and not c.quiet:  # where the search runs, once the settings are valid
             logging.getLogger("dpspark.blas").info(kept)  # "dpspark" itself logs JSON events only
+        from dpspark import preflight
+
+        preflight.check(command, c)  # a local input's path and columns, before Spark starts
         with warnings.catch_warnings():
             if c.quiet:
                 warnings.simplefilter("ignore")

@@ -258,6 +258,11 @@ class SanTextPlusSampler(TruncatedExponential):
         np.exp(dist, out=dist)
         return dist
 
+    def verbatim_share(self, rows: np.ndarray) -> float:
+        """The share of tokens of ``rows`` (each alike) released verbatim by design, whatever ε: 1 − p for
+        each non-sensitive word."""
+        return (1.0 - self.p) * float(self._kept(np.asarray(rows, dtype=np.int64))[1].mean())
+
     def _kept(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position in W, whether the word is non-sensitive) of each row."""
         pos, found = self.space.positions(rows)

@@ -258,3 +258,62 @@ def test_blas_note_where_the_search_runs(blas_note, caplog, tmp_path):
     with caplog.at_level(logging.INFO, logger="dpspark.blas"):
         assert main(["privacy-stats", "--output", str(tmp_path / "out")]) == 0
     assert blas_note and [r.getMessage() for r in _blas_lines(caplog)] == [NOTE]
+
+
+@pytest.fixture()
+def no_spark(monkeypatch):
+    """Starting a Spark session fails the test: these refusals come before Spark starts."""
+    from pyspark.sql import SparkSession
+
+    def started(self):
+        raise AssertionError("a Spark session was started")
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", started)
+
+
+@pytest.mark.parametrize(
+    "command, flags, phrase",
+    [
+        ("perturb", ["--columns", "body", "--epsilon", "5"], "column 'body' is not in the input"),
+        ("evaluate-utility", ["--text-column", "text", "--label-column", "y"], "column 'y' is not in the input"),
+        ("compare", ["--text-column", "txt", "--label-column", "label"], "column 'txt' is not in the input"),
+        ("privacy-risk", ["--text-column", "body"], "available columns: text, label (--text-column)"),
+        ("release-vectors", ["--column", "vec", "--epsilon", "5"], "column 'vec' is not in the input"),
+    ],
+)
+def test_column_errors_come_from_the_parquet_schema_before_spark(
+    capsys, tmp_path, raw, no_spark, command, flags, phrase
+):
+    _refused(capsys, tmp_path, [command, "--input", str(raw), "--output", str(tmp_path / "out"), *flags], 3, phrase)
+
+
+def test_a_missing_input_is_refused_before_spark(capsys, tmp_path, no_spark):
+    argv = ["privacy-risk", "--input", str(tmp_path / "nowhere"), "--output", str(tmp_path / "out")]
+    _refused(capsys, tmp_path, [*argv, "--text-column", "text"], 3, "nowhere does not exist")
+
+
+def _unchanged_warning(name, epsilon, **params):
+    from types import SimpleNamespace
+
+    from dpspark.mechanisms import Space, parse
+    from dpspark.spark.perturb import unchanged_warning
+
+    space = Space(np.random.default_rng(1).normal(size=(300, 5)), np.arange(300))
+    spec = parse({"name": name, "epsilon": epsilon, **params})
+    spec.prepare(space)
+    prepared = SimpleNamespace(mechanism=spec.build(space), config=SimpleNamespace(epsilon=epsilon, mechanism=name))
+    with pytest.warns(Warning) as caught:
+        unchanged_warning(prepared)
+    (warning,) = [w for w in caught if "unchanged" in str(w.message)]
+    return str(warning.message)
+
+
+def test_santext_plus_unchanged_warning_names_p_when_p_is_the_cause():
+    # The 200 most frequent words are all outside V_S: 95% of their tokens are kept by design at any ε.
+    message = _unchanged_warning("santext-plus", 0.5, p=0.05, sensitive_fraction=0.1)
+    assert "1 - p = 0.95" in message and "raise --p" in message and "smaller epsilon" not in message
+
+
+def test_the_unchanged_warning_still_advises_a_smaller_epsilon_where_epsilon_is_the_cause():
+    message = _unchanged_warning("santext", 1e4)
+    assert "choose a smaller epsilon" in message and "--p" not in message
