@@ -63,10 +63,12 @@ setup(
         # Exact search with certified bf16 scores (dpspark.neighbours.CertifiedIndex), used where the
         # CPU has AMX-BF16 or AVX512-BF16; without torch exact search stays float32.
         "lowp": ["torch>=2.1"],
+        # Exact search on the executors' CUDA GPUs (dpspark.device, --device auto|cuda): the CUDA build of torch.
+        "gpu": ["torch>=2.1"],
         # venv-pack: tests/cluster/test_venv_archive.py packs a virtualenv as the README's spark-submit recipe does.
         # mlflow-skinny: compare's MLflow logging (tests/spark/test_compare.py); no upper bound, since Databricks
         # runtimes ship their own mlflow (and pip picks one that fits the runtime's pydantic).
-        "test": ["pytest>=7", "scipy>=1.9", "ruff>=0.5", "annoy>=1.17", "venv-pack>=0.2", "mlflow-skinny>=2.3"],
+        "test": ["pytest>=7", "pytest-xdist>=3", "scipy>=1.9", "ruff>=0.5", "annoy>=1.17", "venv-pack>=0.2", "mlflow-skinny>=2.3"],
         # dpspark evaluate-vectors: the linear-classifier experiment (VADER lexicon, logistic regression).
         "eval": ["scikit-learn>=1.1", "vaderSentiment>=3.3"],
         # make docs: the API reference pages (docs/, mkdocs.yml) built from the docstrings.

@@ -236,7 +236,10 @@ class CertifiedIndex:
         self._k = -(-(self.dim + 4) // self._lowp.k_multiple) * self._lowp.k_multiple
         self._u = 2.0**-self._lowp.bits  # output rounding
         u = self._u + 2.0**-23
-        gamma = self._k * 2.0**-24 / (1 - self._k * 2.0**-24)
+        # Products of two p-bit values are exact in float32 for p ≤ 12; float32 inputs (p = 24)
+        # round each product once more, which one more term of γ covers.
+        terms = self._k + (self._lowp.bits > 12)
+        gamma = terms * 2.0**-24 / (1 - terms * 2.0**-24)
         self._c1 = 2 * u + u * u + gamma * (1 + u) ** 2
         self._c2 = 1.001 * (u * u + (self.dim + 1) * 2.0**-53 + gamma * (1 + 3 * u))
         sq = np.concatenate([np.einsum("ij,ij->i", c, c) for c in _chunks(x)])
@@ -342,21 +345,40 @@ class CertifiedIndex:
     def _search(self, q: np.ndarray, among: np.ndarray | None, two: bool = False) -> np.ndarray:
         """Positions (in the index, or in ``among``) of the float64 nearest word of each query;
         with ``two``, of the nearest two (n×2, nearest first, lower position on ties)."""
-        lowp = self._lowp
         if among is None:
-            words, rblock, n, source = self._words, self._rblock, self.size, self._x
+            words, rblock, norm, source = self._words, self._rblock, self._norm, self._x
         else:
-            n, source = len(among), self._x[among]
-            words, rblock = self._blocks([lowp.take(self._words, among)], self._norm[among])
+            norm, source = self._norm[among], self._x[among]
+            words, rblock = self._blocks([self._lowp.take(self._words, among)], norm)
         # Non-finite queries: row 0 (and 1), as np.argmin (np.lexsort) over NaN/inf distances.
         result = np.tile(np.arange(2, dtype=np.int64), (len(q), 1)) if two else np.zeros(len(q), dtype=np.int64)
         big = np.sqrt(np.einsum("ij,ij->i", q, q))
         ok = big <= _MAX_NORM  # False for NaN and inf too
         for i in np.flatnonzero(np.isfinite(big) & ~ok):  # huge but finite: float64 brute force
             result[i] = _best_two64(source, q[i]) if two else _argmin64(source, q[i])
-        if not ok.any():
-            return result
-        q = q[ok]
+        if ok.any():
+            result[ok] = self._certified(q[ok], words, rblock, norm, source, two)
+        return result
+
+    def _least(self, g, r_top, qn, c_abs, eta, rmax: float):
+        """The certificate's threshold for scores ``g`` (the overall largest, or the second largest
+        of two different words or blocks) reached by words of norm at most ``r_top``: (a, k,
+        alpha) such that a word of norm at most R may be the answer to query i only if its score
+        reaches a_i − k·(alpha_i·R + c₂R²/2) (rmax: the largest norm of the words searched)."""
+        alpha, gamma = self._c1 * qn, self._c2 * c_abs + eta
+        b_top = alpha * r_top + self._c2 * r_top**2 / 2 + gamma
+        sigma = (self.dim + 8) * 2.0**-52 * (qn + rmax) ** 2
+        floor = g - self._u * np.abs(g) / (1 - self._u) - b_top - sigma
+        # The least output a word of block b may show and still be the answer to query i is
+        # (floor − bound)(1 + 2⁻ᵖ), as floor − bound < 0; 2⁻³⁰ and 2⁻⁴⁰(|g| + b_top + σ + bound)
+        # absorb this float64 arithmetic. Rearranged: A_i − k·(alpha_i·R_b + c₂R_b²/2).
+        k = 1 + self._u + 2.0**-30 + 2.0**-40
+        a = floor * (1 + self._u + 2.0**-30) - 2.0**-40 * (np.abs(g) + b_top + sigma) - k * gamma
+        return a, k, alpha
+
+    def _certified(self, q, words, rblock, norm, source, two: bool) -> np.ndarray:
+        """``_search`` for finite queries of moderate norm: the two stages and the float64 re-rank."""
+        lowp, n = self._lowp, len(norm)
         rmax = float(rblock.max())
         qt, qn, c_abs, eta = self._queries(q, rmax)
         nq, wb = len(q), LOWP_WORD_BLOCK
@@ -377,15 +399,7 @@ class CertifiedIndex:
         for s in range(0, len(m), 64):
             np.maximum(r_top, np.where(m[s : s + 64] >= g, rblock[s : s + 64, None], 0.0).max(axis=0), out=r_top)
         # The bound of block b for query i is alpha_i·R_b + c₂R_b²/2 + gamma_i (R_b: its largest norm).
-        alpha, gamma = self._c1 * qn, self._c2 * c_abs + eta
-        b_top = alpha * r_top + self._c2 * r_top**2 / 2 + gamma
-        sigma = (self.dim + 8) * 2.0**-52 * (qn + rmax) ** 2
-        floor = g - self._u * np.abs(g) / (1 - self._u) - b_top - sigma
-        # The least output a word of block b may show and still be the answer to query i is
-        # (floor − bound)(1 + 2⁻ᵖ), as floor − bound < 0; 2⁻³⁰ and 2⁻⁴⁰(|g| + b_top + σ + bound)
-        # absorb this float64 arithmetic. Rearranged: A_i − k·(alpha_i·R_b + c₂R_b²/2).
-        k = 1 + self._u + 2.0**-30 + 2.0**-40
-        a = floor * (1 + self._u + 2.0**-30) - 2.0**-40 * (np.abs(g) + b_top + sigma) - k * gamma
+        a, k, alpha = self._least(g, r_top, qn, c_abs, eta, rmax)
         pairs = []
         for s in range(0, len(m), 64):
             least = (
@@ -425,8 +439,7 @@ class CertifiedIndex:
             self.reranked += count
         if two and (where[:, 1] < 0).any():  # never, by the certificate: at least two words pass
             raise RuntimeError("certified best-two search lost a candidate")
-        result[ok] = where
-        return result
+        return where
 
     def _self_check(self) -> None:
         """Check the bound and the sign of the scores on this machine's GEMM once (a backend
@@ -737,14 +750,21 @@ class AdaptiveIndex:
         return self._run("query_two", points, among)
 
 
-def exact_index(vectors: np.ndarray) -> ExactIndex | CertifiedIndex | AdaptiveIndex:
-    """The fastest exact index here: AdaptiveIndex (float32, then certified bf16 where it is
+def exact_index(vectors: np.ndarray, device: str = "auto") -> ExactIndex | CertifiedIndex | AdaptiveIndex:
+    """The fastest exact index here: ``dpspark.device.DeviceIndex`` (certified fp32 on a GPU) where
+    ``device`` ("auto", "cpu" or "cuda", ``--device``) gives this process one
+    (``dpspark.device.task_device``); else AdaptiveIndex (float32, then certified bf16 where it is
     measured faster once a process has done enough work) on CPUs with bf16 GEMMs and PyTorch
     installed, else ExactIndex.
 
     DPSPARK_EXACT=fp32 forces ExactIndex (float32 GEMM), DPSPARK_EXACT=bf16 forces
     CertifiedIndex from the first query (an error where it cannot run); the default is "auto".
     """
+    from dpspark import device as gpu
+
+    where = gpu.task_device(device)
+    if where is not None:
+        return gpu.DeviceIndex(vectors, where)
     choice = os.environ.get("DPSPARK_EXACT", "auto").lower()
     if choice not in ("auto", "fp32", "bf16"):
         raise ValueError(f"DPSPARK_EXACT must be auto, fp32 or bf16, not {choice!r}")
