@@ -124,6 +124,7 @@ def perturb_text(
     nn: Literal["exact", "annoy"] = "exact",
     annoy_trees: int = 50,
     annoy_search_k: int = -1,
+    device: Literal["auto", "cpu", "cuda"] = "auto",
     recall_queries: int = 2000,
     oov: Literal["unk", "random", "drop", "keep"] = "unk",
     oov_token: str = "[UNK]",
@@ -180,6 +181,8 @@ def perturb_text(
         nn: nearest-neighbour search, ``"exact"`` (default) or ``"annoy"`` (approximate).
         annoy_trees: annoy's number of trees.
         annoy_search_k: annoy's search_k (-1: annoy's default).
+        device: where exact search runs: ``"auto"`` (the GPU Spark gave the task, or the
+            executor's GPU, else the CPU), ``"cpu"`` or ``"cuda"``; the answers are the same.
         recall_queries: noisy queries that measure annoy's recall.
         oov: out-of-vocabulary policy: ``"unk"``, ``"random"``, ``"drop"`` or ``"keep"``.
         oov_token: the placeholder of the ``unk`` policy.
@@ -255,6 +258,7 @@ def release(
     nn: Literal["exact", "annoy"] = "exact",
     annoy_trees: int = 50,
     annoy_search_k: int = -1,
+    device: Literal["auto", "cpu", "cuda"] = "auto",
     recall_queries: int = 2000,
     oov: Literal["unk", "random", "drop", "keep"] = "unk",
     oov_token: str = "[UNK]",
@@ -326,6 +330,8 @@ def release(
         annoy_trees: annoy's number of trees.
         annoy_search_k: annoy's search_k (-1: annoy's default).
         recall_queries: noisy queries that measure annoy's recall.
+        device: where exact search runs: ``"auto"`` (the GPU Spark gave the task, or the
+            executor's GPU, else the CPU), ``"cpu"`` or ``"cuda"``; the answers are the same.
         oov: out-of-vocabulary policy: ``"unk"``, ``"random"``, ``"drop"`` or ``"keep"``.
         oov_token: the placeholder of the ``unk`` policy.
         layout: ``"single"`` (tokens joined by single spaces); ``"lines"`` and ``"keep"``

@@ -242,7 +242,7 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
         p = settings["nn_params"]
         index = AnnoyIndex(str(d / "index.ann"), vectors.shape[1], p["n_trees"], p["search_k"])
     elif settings.get("nn") == "exact":
-        index = exact_index(vectors[rows])
+        index = exact_index(vectors[rows], settings.get("device", "auto"))
     artefacts = {
         name: np.load(d / f"artefact-{k}.npy", mmap_mode="r") for k, name in enumerate(settings.get("artefacts", []))
     }

@@ -237,6 +237,9 @@ class ReleaseSettings(OutputSettings, SparkSettings):
         default=None, description="input metastore / Unity Catalog table (catalog.schema.table) instead of --input"
     )
     output_table: str | None = Field(
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="exact search on a GPU: auto (the task's GPU where it has one), cpu or cuda"
+    )
         default=None,
         description="output table (catalog.schema.table) instead of --output; its ledger is the table "
         "<name>__dpspark_ledger beside it",
@@ -246,6 +249,14 @@ class ReleaseSettings(OutputSettings, SparkSettings):
         description="format of a new output table (default: the session's, delta on Databricks, parquet locally)",
     )
     partition: str | None = Field(
+    @after("device")
+    def _device(cls, v: str) -> str:
+        import importlib.util
+
+        if v == "cuda" and importlib.util.find_spec("torch") is None:
+            raise ValueError("device cuda needs the optional package torch: pip install 'dpspark[gpu]'")
+        return v
+
         default=None,
         description="ETL: release one input partition (e.g. date=2026-11-21) into the same partition of --output "
         "(or --output-table)",
@@ -927,7 +938,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "vocab_file",
         "vocab_from_corpus",
     ),
-    "nearest-neighbour search": ("nn", "annoy_trees", "annoy_search_k", "recall_queries"),
+    "nearest-neighbour search": ("nn", "annoy_trees", "annoy_search_k", "recall_queries", "device"),
     "Spark": ("master", "remote", "partitions", "batch_rows"),
     "output control": ("quiet",),
 }

@@ -19,6 +19,7 @@ import numpy as np
 
 from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
+from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.mechanisms import MechanismSpec, Space, WordMechanism, sample_noise
@@ -44,6 +45,7 @@ class Grid:
     index: NeighbourIndex
     timings: dict[str, float] = field(default_factory=dict)
     artefact_names: list[str] = field(default_factory=list)  # what the specs prepared (``MechanismSpec.prepare``)
+    device: str = "auto"  # where the executors' exact search runs (``--device``; dpspark.device)
 
     @property
     def annoy(self) -> AnnoyIndex | None:
@@ -56,6 +58,7 @@ class Grid:
             "settings": [spec.parameters() for spec in self.specs],
             "nn": self.index.method,
             "nn_params": self.index.params(),
+            "device": self.device,
             **extra,
         }
         lams = sorted({lam for spec in self.specs for lam in spec.lambdas()})
@@ -105,7 +108,9 @@ def prepare_grid(
             f"dimensions: use at least {emb.dim + 1} words (--vocab-size)"
         )
     t0 = time.perf_counter()
-    index: NeighbourIndex = exact_index(emb.vectors[rows])
+    device = getattr(config, "device", "auto")
+    # The driver searches on its own GPU where it has one; "cuda" is the executors' requirement.
+    index: NeighbourIndex = exact_index(emb.vectors[rows], "auto" if device == "cuda" else device)
     if config.nn == "annoy":
         if workdir is None:
             raise ValueError("an annoy index needs a working directory for its file")
@@ -129,7 +134,7 @@ def prepare_grid(
     names = list(dict.fromkeys(name for spec in specs for name in spec.prepare(space)))
     if names:
         timings["mechanism_prepare_s"] = time.perf_counter() - t0
-    return Grid(emb, rows, list(specs), space, index, timings, names)
+    return Grid(emb, rows, list(specs), space, index, timings, names, device)
 
 
 def vocabulary_rows(config: Any, emb: Embeddings, vocab_words: list[str] | None = None) -> np.ndarray:
@@ -232,6 +237,8 @@ class Prepared:
 def vocabulary_source(c: PerturbConfig) -> str:
     if c.vocab_file:
         return f"word list {c.vocab_file}"
+                "device": c.device,
+                "device_search": DEVICE_SEARCH,
     if c.vocab_from_corpus:
         return f"{c.vocab_size} most frequent embedded tokens of the input corpus (data-dependent, published)"
     return f"first {c.vocab_size} words of the embedding's own (frequency-ordered) vocabulary"

@@ -10,6 +10,8 @@ lowest row: exactly np.argmin / the first two of np.lexsort((rows, d)) over ever
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -191,3 +193,34 @@ def test_task_device_and_the_factory(glove, monkeypatch):
     index = exact_index(glove.vectors[:1000], "auto")
     assert type(index) is DeviceIndex and index.device == "cpu"
     task_device.cache_clear()
+
+
+def test_device_travels_from_the_settings_to_the_executors_index(glove, tmp_path, monkeypatch):
+    """--device is a setting of every command with a search (one field), written into the bundle and read
+    where the executor builds its index; the manifest names it and the certified device search."""
+    from dpspark.bundle import load_bundle
+    from dpspark.config import PerturbConfig
+    from dpspark.errors import ConfigError
+    from dpspark.prepare import prepare
+
+    assert PerturbConfig(epsilon=10.0).device == "auto"
+    with pytest.raises(ConfigError, match="device"):
+        PerturbConfig.from_sources(None, {"epsilon": 10.0, "device": "tpu"})
+    real = importlib.util.find_spec
+    with monkeypatch.context() as m:  # a driver without torch refuses cuda before any work
+        m.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+        with pytest.raises(ConfigError, match=r"pip install 'dpspark\[gpu\]'"):
+            PerturbConfig.from_sources(None, {"epsilon": 10.0, "device": "cuda"})
+    config = PerturbConfig(epsilon=10.0, vocab_size=2000, device="cpu")
+    prepared = prepare(config, embeddings=glove)
+    assert type(prepared.index) is not DeviceIndex  # cpu: the numpy path, unchanged
+    nn = prepared.manifest_fields()["nearest_neighbour"]
+    assert nn["device"] == "cpu" and "float64" in nn["device_search"]
+    bundle = prepared.write_bundle(tmp_path / "bundle")
+    seen = []
+    monkeypatch.setattr(device_module, "task_device", lambda choice: seen.append(choice) or "cpu")
+    res = load_bundle(bundle, (glove.vectors, glove.word_rows))
+    assert seen == ["cpu"] and type(res.index) is DeviceIndex  # the executor asks for the bundle's choice
+    auto = prepare(PerturbConfig(epsilon=10.0, vocab_size=2000), embeddings=glove)
+    load_bundle(auto.write_bundle(tmp_path / "auto"), (glove.vectors, glove.word_rows))
+    assert seen[-1] == "auto"
