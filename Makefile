@@ -13,7 +13,7 @@ STAMP      := $(VENV)/.installed-full
 # installs the CPU build, all that CertifiedIndex uses.
 TORCH_INDEX ?=
 
-.PHONY: demo test test-fast test-runtimes bench bench-mechanisms bench-peers-venv lint docs dist clean
+.PHONY: demo test test-fast test-runtimes bench bench-smoke bench-mechanisms bench-peers-venv lint docs dist clean
 
 # On Python 3.10 setup.py's marker leaves out the default embedding's package (data only, but it
 # declares Python >= 3.11): installed here without that check, so the first run finds it.
@@ -37,19 +37,29 @@ demo: $(DEMO_STAMP)
 	$(VENV)/bin/dpspark perturb --config conf/perturb.yaml --epsilon 6 --output out/reviews_private --quiet
 	$(PY) examples/show.py examples/reviews.parquet out/reviews_private
 
+# Tests run in parallel (pytest-xdist), one worker per core up to four, each with its own local Spark
+# session; tests that share a resource (a Connect server, a cluster, the README's files) are grouped onto
+# one worker (xdist_group). The 25 slowest are listed at the end.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not spark and not slow"
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not spark and not slow"
 
-# The suite under each Databricks LTS runtime's pinned libraries (runtimes/dbr-*.txt), from
-# pyenv's Python 3.10, 3.11 and 3.12; prints a table and fails when any runtime fails.
+# The tests marked `runtime` under each Databricks LTS runtime's pinned libraries (runtimes/dbr-*.txt),
+# from pyenv's Python 3.10, 3.11 and 3.12; prints a table and fails when any runtime fails.
+# RUNTIMES_ARGS: runtimes/run.sh's options and runtime names (e.g. --install-only, dbr-17.3-lts).
 test-runtimes: $(DEMO_STAMP)
-	DPSPARK_VENV=$(abspath $(VENV)) runtimes/run.sh
+	DPSPARK_VENV=$(abspath $(VENV)) runtimes/run.sh $(RUNTIMES_ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/bench_perturb.py
+
+# Every script in bench/ in its --smoke mode (a few seconds each, small vocabulary, no peers): fails when
+# any fails, so a benchmark cannot rot. make test runs it too (tests/unit/test_bench_smoke.py).
+bench-smoke: $(STAMP)
+	$(PY) bench/smoke.py
 
 # The word mechanisms (CMP, Vickrey, TEM, SanText) against pypantera and mldp-text, one core, 50,000 and
 # 400,000 words (≈ 20 minutes; the peers need `make bench-peers-venv`, skipped with a note without it).

@@ -37,6 +37,10 @@ def _comma_list(v: Any) -> Any:
 
 
 MIN_EPSILON = params.MIN_EPSILON
+# The ε a first release starts from (README, "Choosing ε": the Mahalanobis mechanism at λ = 1 keeps
+# under a tenth of the tokens there). ``--epsilon`` itself has no default; the example configuration,
+# the perturb notebook and the Databricks bundle propose this one (tests/unit/test_shared_defaults.py).
+FIRST_EPSILON = 6.0
 epsilon_value = params.epsilon_value
 
 
@@ -140,6 +144,20 @@ class Settings(BaseModel):
             name: (f.alias if f.has_alias else None, f.outer_type_, f.field_info.description or "")
             for name, f in cls.__fields__.items()
         }
+
+    @classmethod
+    def default_text(cls, name: str) -> str:
+        """A setting's default as a notebook widget's text: a list comma-separated, "" where there is none.
+        A grid setting without a default of its own (``lambdas``) shows the class's ``default_lambdas``."""
+        f = cls.__fields__[name]
+        value = f.get_default()
+        if value is None:
+            value = getattr(cls, f"default_{name}", None)
+        if value is None:
+            return ""
+        if isinstance(value, (list, tuple)):
+            return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
 
     @classmethod
     def from_sources(cls, config_file: str | None, flags: dict[str, Any]) -> Any:

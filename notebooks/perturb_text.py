@@ -8,8 +8,9 @@
 # MAGIC **SanText** (Yue et al., 2021). Every row and every other column is kept. The widgets take the same
 # MAGIC settings as `dpspark perturb`, validated by the same configuration model (`dpspark.PerturbConfig`).
 # MAGIC
-# MAGIC `epsilon` is the privacy level: smaller is more private. It has no library default; 10 here is only
-# MAGIC the demo's value.
+# MAGIC `epsilon` is the privacy level: smaller is more private. It has no library default; 6 here is where a
+# MAGIC first release starts (`dpspark.config.FIRST_EPSILON`, the README's "Choosing ε"), as the Databricks
+# MAGIC bundle does. The other widgets start at `dpspark perturb`'s defaults.
 # MAGIC
 # MAGIC **Setup.** Build the wheel with `make dist`, upload `dist/dpspark-0.1.0-py3-none-any.whl` to a Unity
 # MAGIC Catalog volume (or workspace files) and put its path in the next cell; DBFS-root libraries are
@@ -30,16 +31,18 @@ dbutils.library.restartPython()
 dbutils.widgets.text("input", "", "Input Parquet (required)")
 dbutils.widgets.text("output", "", "Output Parquet (required)")
 dbutils.widgets.text("columns", "text", "Text columns (comma-separated)")
-dbutils.widgets.text("epsilon", "6", "ε")
+from dpspark.config import FIRST_EPSILON, PerturbConfig  # noqa: E402 - the CLI's settings and defaults
 from dpspark.mechanisms import REGISTRY, parameters  # noqa: E402 - the mechanisms the library offers
 
-dbutils.widgets.dropdown("mechanism", "mahalanobis", list(REGISTRY), "Mechanism")
+default = PerturbConfig.default_text  # the widgets below start at `dpspark perturb`'s defaults
+dbutils.widgets.text("epsilon", f"{FIRST_EPSILON:g}", "ε")
+dbutils.widgets.dropdown("mechanism", default("mechanism"), list(REGISTRY), "Mechanism")
 # One widget per parameter of any mechanism (λ of mahalanobis and vickrey, t, β, p, ...): empty keeps the
 # chosen mechanism's default; a parameter that is not the chosen mechanism's is refused by name.
 for _name, _owners in parameters().items():
     dbutils.widgets.text(_name, "", f"{_name} ({', '.join(_owners)}; empty: default)")
-dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
-dbutils.widgets.dropdown("oov", "unk", ["unk", "random", "drop", "keep"], "Out-of-vocabulary tokens")
+dbutils.widgets.text("vocab_size", default("vocab_size"), "Output vocabulary size")
+dbutils.widgets.dropdown("oov", default("oov"), ["unk", "random", "drop", "keep"], "Out-of-vocabulary tokens")
 dbutils.widgets.text("id_column", "id", "Row id column (for the before/after sample)")
 
 # COMMAND ----------

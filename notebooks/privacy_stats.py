@@ -8,15 +8,15 @@
 # MAGIC - **Sw**: how many distinct words the K outputs are (higher is more private).
 # MAGIC
 # MAGIC The widgets take the same settings as `dpspark privacy-stats`, validated by the same configuration
-# MAGIC model (`dpspark.config.StatsConfig`). The defaults are a small, fast grid; a review would use e.g.
-# MAGIC epsilons `1,2,5,10,15,20,40`, lambdas `0,0.25,0.5,0.75,1`, 100 runs, 500 words, vocabulary 50000.
+# MAGIC model (`dpspark.config.StatsConfig`), and start at its defaults (5 ε × 5 λ, 100 runs of 500 words);
+# MAGIC for a first look, try epsilons `5,10`, lambdas `0,1`, 20 runs, 50 words.
 # MAGIC
 # MAGIC **Setup.** Build the wheel with `make dist`, upload `dist/dpspark-0.1.0-py3-none-any.whl` to a Unity
 # MAGIC Catalog volume (or workspace files) and put its path in the next cell; DBFS-root libraries are
 # MAGIC disabled from Databricks Runtime 15.1. No `[spark]` extra: the runtime brings Spark, pandas and
 # MAGIC numpy, and dpspark installs without upgrading them. Locally, `dpspark.notebook_runner` runs this
-# MAGIC notebook and skips the install cells. The output directory is written by the driver
-# MAGIC (a local path).
+# MAGIC notebook and skips the install cells. The output directory is written by the driver: on Databricks a
+# MAGIC Unity Catalog volume (`/Volumes/...`), which the driver reads and writes as files.
 
 # COMMAND ----------
 
@@ -28,22 +28,26 @@ dbutils.library.restartPython()
 
 # COMMAND ----------
 
-dbutils.widgets.text("output", "/tmp/dpspark_notebook/privacy_stats", "Output directory (driver-local)")
-dbutils.widgets.text("epsilons", "5,10", "ε grid (comma-separated)")
+from dpspark.config import StatsConfig  # noqa: E402 - the CLI's settings and defaults
 from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
 
+default = StatsConfig.default_text  # every widget below starts at `dpspark privacy-stats`'s default
+dbutils.widgets.text("output", "", "Output directory (required: /Volumes/<catalog>/<schema>/<volume>/...)")
+dbutils.widgets.text("epsilons", default("epsilons"), "ε grid (comma-separated)")
+# mahalanobis with the λ grid: the command's default grid (λ = 0 is laplace).
 dbutils.widgets.multiselect("mechanisms", "mahalanobis", list(REGISTRY), "Mechanisms")
-dbutils.widgets.text("lambdas", "0,1", "λ grid of mahalanobis and vickrey (comma-separated, in [0, 1]; 0 is laplace)")
-dbutils.widgets.text("runs", "20", "K: perturbations per word")
-dbutils.widgets.text("words", "50", "Words sampled from the vocabulary")
-dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
-dbutils.widgets.dropdown("nn", "exact", ["exact", "annoy"], "Nearest-neighbour search")
+dbutils.widgets.text("lambdas", default("lambdas"), "λ grid of mahalanobis and vickrey (in [0, 1]; 0 is laplace)")
+dbutils.widgets.text("runs", default("runs"), "K: perturbations per word")
+dbutils.widgets.text("words", default("words"), "Words sampled from the vocabulary")
+dbutils.widgets.text("vocab_size", default("vocab_size"), "Output vocabulary size")
+dbutils.widgets.dropdown("nn", default("nn"), ["exact", "annoy"], "Nearest-neighbour search")
 
 # COMMAND ----------
 
 import dpspark
-from dpspark.config import StatsConfig
 
+if not dbutils.widgets.get("output").strip():
+    raise ValueError("set the 'output' widget: it has no default (a path such as /Volumes/<catalog>/<schema>/...)")
 config = StatsConfig.parse(  # the CLI's validation: a bad value fails here, with its name
     {
         "output": dbutils.widgets.get("output"),

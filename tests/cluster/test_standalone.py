@@ -37,7 +37,13 @@ import pytest
 import dpspark.jobs.perturb
 from dpspark.embeddings import load_default
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.cluster,
+    pytest.mark.runtime,
+    pytest.mark.xdist_group("cluster"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent

@@ -27,7 +27,13 @@ from pathlib import Path
 import pyspark
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.cluster,
+    pytest.mark.runtime,
+    pytest.mark.xdist_group("cluster"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "reviews.parquet"

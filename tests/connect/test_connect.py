@@ -313,7 +313,10 @@ def test_notebooks_through_connect(connect_url, labelled, tmp_path):
     notebooks = SAMPLE.parents[1] / "notebooks"
     runs = {
         "perturb_text.py": {"input": str(SAMPLE), "output": str(tmp_path / "text"), "epsilon": "10"},
-        "privacy_stats.py": {"output": str(tmp_path / "stats"), "runs": "6", "words": "20"},
+        "privacy_stats.py": {
+            **{"output": str(tmp_path / "stats"), "runs": "6", "words": "20"},
+            **{"epsilons": "5,10", "lambdas": "0,1", "vocab_size": "5000"},
+        },
         "release_vectors.py": {"input": str(SAMPLE), "output": str(tmp_path / "vectors"), "epsilon": "5"},
         "privacy_utility.py": {
             **{"input": labelled, "output": str(tmp_path / "pu"), "epsilons": "50", "lambdas": "1", "repeats": "1"},

@@ -32,8 +32,11 @@ def test_notebook_format(name):
     assert len(cells) >= 5
     assert cells[0].startswith("# MAGIC %md")
     pip = [i for i, c in enumerate(cells) if c.startswith("# MAGIC %pip install")]
-    assert pip and cells[pip[0] + 1].strip() == "dbutils.library.restartPython()"
-    assert not python_source(cells[pip[0]]).strip() and not python_source(cells[pip[0] + 1]).strip()
+    # dpspark with its dependencies first, then any data packages without theirs; one restart after them.
+    assert pip and pip == list(range(pip[0], pip[-1] + 1))
+    assert cells[pip[-1] + 1].strip() == "dbutils.library.restartPython()"
+    assert not any(python_source(cells[i]).strip() for i in pip) and not python_source(cells[pip[-1] + 1]).strip()
+    assert "--no-deps" not in cells[pip[0]] and "dpspark-" in cells[pip[0]]
     assert "dbutils.widgets.get(" in text
 
 
@@ -95,7 +98,8 @@ def test_perturb_text_notebook_rejects_bad_settings_by_name(spark, tmp_path):
 
 def test_privacy_stats_notebook(spark, tmp_path):
     out = tmp_path / "stats"
-    result = run_notebook(NOTEBOOKS / "privacy_stats.py", {"output": str(out), "runs": "10"}, spark=spark)
+    small = {"epsilons": "5,10", "lambdas": "0,1", "words": "50", "vocab_size": "5000"}  # the CLI's grid is larger
+    result = run_notebook(NOTEBOOKS / "privacy_stats.py", {"output": str(out), "runs": "10", **small}, spark=spark)
     (summary,) = frames(result, "epsilon", "lambda", "nw_mean", "sw_mean")
     assert len(summary) == 4  # ε {5, 10} × λ {0, 1}: mahalanobis, whose λ = 0 is the Laplace mechanism
     assert set(summary["epsilon"]) == {5.0, 10.0} and set(summary["lambda"]) == {0.0, 1.0}
@@ -114,6 +118,7 @@ def test_privacy_stats_notebook(spark, tmp_path):
 def test_privacy_stats_notebook_mixes_mechanisms(spark, tmp_path):
     out = tmp_path / "stats"
     widgets = {"output": str(out), "runs": "10", "mechanisms": "vickrey,tem,santext", "lambdas": "1"}
+    widgets.update(epsilons="5,10", words="50", vocab_size="5000")
     result = run_notebook(NOTEBOOKS / "privacy_stats.py", widgets, spark=spark)
     (summary,) = frames(result, "setting", "epsilon", "nw_mean", "exact_nw_mean")
     assert set(summary["setting"]) == {"vickrey λ=1 t=0.5", "tem β=0.001", "santext"} and len(summary) == 6

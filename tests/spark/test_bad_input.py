@@ -67,12 +67,14 @@ def glove_file(path: Path, words: list[str], dim: int = 5, seed: int = 0) -> str
 # --- input ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.runtime
 def test_missing_input(spark, capsys, tmp_path):
     missing = str(tmp_path / "no_such.parquet")
     code, err, out = run(capsys, tmp_path, "--epsilon", "10", input=missing)
     assert_failed(code, err, out, InputDataError, missing, "does not exist")
 
 
+@pytest.mark.runtime
 def test_input_not_parquet(spark, capsys, tmp_path):
     csv = tmp_path / "reviews.csv"
     csv.write_text("id,text\n1,a fine product\n2,broke after a week\n")
@@ -80,11 +82,13 @@ def test_input_not_parquet(spark, capsys, tmp_path):
     assert_failed(code, err, out, InputDataError, str(csv), "not a Parquet")
 
 
+@pytest.mark.runtime
 def test_column_missing(spark, capsys, tmp_path):
     code, err, out = run(capsys, tmp_path, "--epsilon", "10", "--columns", "body")
     assert_failed(code, err, out, InputDataError, "'body'", "not in the input", "text")
 
 
+@pytest.mark.runtime
 def test_column_not_a_string(spark, capsys, tmp_path):
     code, err, out = run(capsys, tmp_path, "--epsilon", "10", "--columns", "rating")
     assert_failed(code, err, out, InputDataError, "'rating'", "expected string")
@@ -184,6 +188,7 @@ def test_vocab_size_too_small_for_covariance(spark, capsys, tmp_path):
 # --- output --------------------------------------------------------------------------------------
 
 
+@pytest.mark.runtime
 def test_output_exists_and_mode_error(spark, capsys, tmp_path):
     output = tmp_path / "out"
     output.mkdir()

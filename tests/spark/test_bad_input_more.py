@@ -52,6 +52,7 @@ def test_perturb_text_refuses_release_settings(spark, tmp_path, data, settings):
     assert snapshot(tmp_path) == before  # nothing written, the input unchanged
 
 
+@pytest.mark.runtime
 def test_vocabulary_from_corpus_with_a_dotted_column(spark, tmp_path, glove):
     pool = [w for w in glove.words[200:600] if w.isalpha()][:120]
     rng = np.random.default_rng(0)
@@ -70,6 +71,7 @@ def test_vocabulary_from_corpus_with_a_dotted_column(spark, tmp_path, glove):
     assert src.read_bytes() == before
 
 
+@pytest.mark.runtime
 def test_remote_without_the_connect_client(tmp_path, data):
     # A process where the Connect client's packages cannot be imported (as without dpspark[connect]).
     out = tmp_path / "out"
@@ -96,6 +98,7 @@ def test_remote_without_the_connect_client(tmp_path, data):
     assert not out.exists() and snapshot(tmp_path) == before
 
 
+@pytest.mark.runtime
 def test_risk_token_counts_with_a_dotted_column(spark):
     """privacy-risk counts the corpus's tokens through map_in_arrow: a dotted name works."""
     from dpspark.spark.risk import token_counts

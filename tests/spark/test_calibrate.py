@@ -102,6 +102,7 @@ def write_utility(directory: Path, accuracy: list[float]) -> None:
 # --- beside the statistics ---------------------------------------------------------------------------
 
 
+@pytest.mark.runtime
 def test_the_library_function_is_the_command(spark, tmp_path, capsys):
     """dpspark.calibrate returns what calibration.json holds; the command prints its table."""
     stats = tmp_path / "s"
@@ -311,6 +312,7 @@ def mounted(spark, tmp_path):
             spark.conf.unset(k)
 
 
+@pytest.mark.runtime
 def test_calibrate_on_a_default_file_system_that_is_not_the_drivers_disk(mounted, capsys):
     assert not Path("/data/s").exists()
     write_stats(mounted / "s")
@@ -329,6 +331,7 @@ def test_calibrate_on_a_default_file_system_that_is_not_the_drivers_disk(mounted
     capsys.readouterr()
 
 
+@pytest.mark.runtime
 def test_calibrate_takes_file_uris(spark, tmp_path):
     stats = tmp_path / "s"
     write_stats(stats)

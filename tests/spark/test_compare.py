@@ -48,6 +48,24 @@ def file_tracking(mp: pytest.MonkeyPatch, store: Path) -> str:
     return uri
 
 
+@pytest.mark.runtime
+@pytest.mark.xdist_group("connect")
+def test_compare_end_to_end(classic, compare_on_sms120):
+    """The command over laplace and tem at ε = 10 on 120 SMS messages (the run tests/connect compares its own
+    with): a row per setting with its figures, the equal-privacy table, every report file."""
+    out = classic(compare_on_sms120)
+    rows = rows_of(out)
+    assert [(r["mechanism"], r["epsilon"]) for r in rows] == [("laplace", 10.0), ("tem", 10.0)]
+    for r in rows:
+        assert 0 <= r["unchanged"] <= r["top1"] <= 1 and 0 <= r["pp"] <= 1 and 0 <= r["test-time_accuracy"] <= 1
+    assert pq.read_table(out / "equal_privacy.parquet").num_rows >= 1
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["mechanisms"] == ["laplace", "tem"]
+    for name in m["files"]:
+        assert (out / name).stat().st_size > 0, name
+    assert "## Recommendation" in (out / "report.md").read_text(encoding="utf-8")
+
+
 @pytest.fixture(scope="module")
 def noise_off(spark, data, corpus_vocab, tmp_path_factory):
     """The noise-off run (top-1 bound 100%, so a recommendation), inside an active MLflow run whose
@@ -65,6 +83,7 @@ def noise_off(spark, data, corpus_vocab, tmp_path_factory):
     return root / "off", m, uri, run.info.run_id
 
 
+@pytest.mark.runtime
 def test_noise_off_gives_the_known_answers(noise_off):
     out, m, _, _ = noise_off
     (row,) = rows_of(out)
@@ -77,6 +96,7 @@ def test_noise_off_gives_the_known_answers(noise_off):
     assert m["files"] == ["compare.parquet", "equal_privacy.parquet", "frontier.png", "report.md", "report.html"]
 
 
+@pytest.mark.runtime
 def test_an_active_mlflow_run_gets_the_figures_the_settings_and_the_report(noise_off, tmp_path, monkeypatch):
     """Inside ``mlflow.start_run()``: every finite figure of compare.parquet as a metric of its setting,
     the comparison's settings and recommendation as parameters, the report's files as artifacts."""

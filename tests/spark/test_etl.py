@@ -55,6 +55,7 @@ def snapshot(path):
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.runtime
 def test_two_partitions_then_refused_rerelease_then_allowed(spark, partitioned, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(partitioned, out, "2026-11-20") == 0

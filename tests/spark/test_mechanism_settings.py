@@ -79,6 +79,7 @@ def test_truncated_gumbel_warns_that_no_guarantee_holds(spark, tmp_path, data):
     assert manifest["guarantee_type"] == "none" and "contradicts" in manifest["guarantee"]
 
 
+@pytest.mark.runtime
 def test_syntf_releases_synthetic_documents_with_their_term_frequencies(spark, tmp_path, data, capsys):
     out = tmp_path / "out"
     args = ["perturb", "--input", str(data / "reviews.parquet"), "--columns", "text", "--output", str(out)]

@@ -37,12 +37,14 @@ def by_id(path):
     return {r["id"]: r for r in pq.read_table(path).to_pylist()}
 
 
+@pytest.mark.runtime
 def test_output_is_faithful(spark, tmp_path, check_faithful):
     out = run_cli(tmp_path, "o", "--epsilon", "10")
     check_faithful(out)
     assert spark.read.parquet(str(out)).schema == spark.read.parquet(str(SAMPLE)).schema
 
 
+@pytest.mark.runtime
 def test_manifest(spark, tmp_path):
     with pytest.warns(SeededRunWarning):
         out = run_cli(tmp_path, "m", "--epsilon", "10", "--seed", "987654321", quiet=False)
@@ -89,6 +91,7 @@ def test_seed_reproduces_and_warns_and_unseeded_runs_differ(spark, tmp_path):
     assert by_id(c) != by_id(d) and by_id(c) != by_id(a)
 
 
+@pytest.mark.runtime
 def test_api_twice_evaluated_gives_identical_text(spark):
     df = spark.read.parquet(str(SAMPLE)).repartition(3, "id")
     out = dpspark.perturb_text(df, columns=["text"], epsilon=10, vocab_size=5000)
@@ -167,6 +170,7 @@ def test_overwrite_mode_replaces_output(spark, tmp_path):
     assert not (out / "marker").exists() and (out / "_dpspark_manifest.json").exists()
 
 
+@pytest.mark.runtime
 def test_vocabulary_from_corpus_is_explicit_and_warned(spark, tmp_path, caplog, glove):
     src = tmp_path / "in.parquet"
     pool = [w for w in glove.words[200:600] if w.isalpha()][:120]
@@ -183,6 +187,7 @@ def test_vocabulary_from_corpus_is_explicit_and_warned(spark, tmp_path, caplog, 
     assert "data-dependent" in m["vocabulary"]["source"] and m["vocabulary"]["size"] == 80
 
 
+@pytest.mark.runtime
 def test_read_splits_one_task_for_a_tiny_input_several_for_a_large_one(spark, tmp_path, glove):
     from dpspark.spark import io
 
@@ -193,7 +198,8 @@ def test_read_splits_one_task_for_a_tiny_input_several_for_a_large_one(spark, tm
     # 16 KB in one row group: one task (Spark alone would cut it per core, the extra splits empty).
     assert tasks(SAMPLE) == 1
     rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(glove.words[:20000], 20)) for _ in range(16_000)]
+    words = np.asarray(glove.words[:20000], dtype=object)
+    texts = [" ".join(row) for row in words[rng.integers(0, len(words), size=(16_000, 20))]]
     big = tmp_path / "big.parquet"
     pq.write_table(pa.table({"text": texts}), big, row_group_size=1000)
     assert big.stat().st_size > 8 * (64 << 10)
@@ -233,6 +239,7 @@ def _fresh_perturb(tmp_path, *extra: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.runtime
 def test_quiet_command_prints_its_result_and_nothing_but_the_jvm_launchers_notice(tmp_path):
     """--quiet in a fresh process: no Spark log lines (the loopback host, native Hadoop, "Setting
     default log level", I/O encryption without RPC encryption), no logs. The result still prints:
@@ -248,6 +255,7 @@ def test_quiet_command_prints_its_result_and_nothing_but_the_jvm_launchers_notic
     assert lines == [], done.stderr
 
 
+@pytest.mark.runtime
 def test_local_command_binds_to_loopback_without_a_warning(tmp_path):
     """Without --quiet, a fresh local run logs its events but not Spark's "hostname resolves to
     a loopback address" warning: a local JVM talks only to itself, so dpspark binds it to
@@ -257,6 +265,7 @@ def test_local_command_binds_to_loopback_without_a_warning(tmp_path):
     assert "loopback" not in done.stderr and "SPARK_LOCAL_IP" not in done.stderr, done.stderr
 
 
+@pytest.mark.runtime
 def test_an_input_of_one_large_row_group_is_spread_over_every_core(spark, tmp_path, glove):
     """Parquet splits at row-group boundaries only: a one-group file of over 2 MiB would run as one
     task on a two-core session. The session encrypts local I/O, so the release spreads its rows over

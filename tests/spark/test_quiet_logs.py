@@ -18,7 +18,7 @@ import pytest
 
 from dpspark.evaluation.datasets import sms_spam
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.runtime]  # each pyspark logs its own way
 
 TASK_BINARY = "Broadcasting large task binary"
 DLOPEN = "dlopen("

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.readme
+pytestmark = [pytest.mark.readme, pytest.mark.xdist_group("readme")]  # run in order, in one worker
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"

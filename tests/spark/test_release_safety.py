@@ -76,6 +76,7 @@ def partitioned(tmp_path) -> Path:
 # --- paths that could hurt the input ---------------------------------------------------------------
 
 
+@pytest.mark.runtime
 @pytest.mark.parametrize("where", ["equal", "inside", "parent", "symlink", "relative"])
 def test_output_overlapping_input_is_refused_in_overwrite_mode(spark, capsys, tmp_path, dataset, monkeypatch, where):
     before = snapshot(tmp_path)
@@ -268,6 +269,7 @@ def test_inputs_with_the_same_output_give_the_same_side_outputs(spark, capsys, c
     ]
 
 
+@pytest.mark.runtime
 @pytest.mark.parametrize("groups", ["many", "one"])
 def test_no_raw_text_under_spark_local_dir_during_a_run(spark, tmp_path, groups):
     """Many row groups: read as several tasks, nothing shuffled. One large group: its rows are
@@ -318,6 +320,7 @@ def test_no_raw_text_under_spark_local_dir_during_a_run(spark, tmp_path, groups)
 # --- bad input -------------------------------------------------------------------------------------
 
 
+@pytest.mark.runtime
 def test_columns_with_dots_and_spaces_work(spark, tmp_path):
     src = tmp_path / "in.parquet"
     pq.write_table(
@@ -333,6 +336,7 @@ def test_columns_with_dots_and_spaces_work(spark, tmp_path):
     assert sorted(t.column("meta.source").to_pylist()) == ["app", "web"]
 
 
+@pytest.mark.runtime
 def test_mixed_column_types_across_files(spark, capsys, tmp_path):
     d = tmp_path / "in"
     d.mkdir()
@@ -344,6 +348,7 @@ def test_mixed_column_types_across_files(spark, capsys, tmp_path):
     assert snapshot(d) == before and not (tmp_path / "o").exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.runtime
 def test_invalid_utf8_row_is_one_oov_row(spark, tmp_path):
     src = tmp_path / "in.parquet"
     bad = pa.array([b"the city", b"\xff\xfe broken", b"a dog"], pa.binary()).view(pa.string())
@@ -362,6 +367,7 @@ def test_name_clash_with_original_column(spark, capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.runtime
 def test_streaming_dataframe_is_refused(spark, tmp_path, dataset):
     stream = spark.readStream.schema(spark.read.parquet(str(dataset)).schema).parquet(str(dataset))
     with pytest.raises(InputDataError, match="stream"):
@@ -371,6 +377,7 @@ def test_streaming_dataframe_is_refused(spark, tmp_path, dataset):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.runtime
 def test_type_changes_are_warned_and_listed(spark, tmp_path):
     src = tmp_path / "in.parquet"
     ts = pa.array([0, 1], pa.timestamp("us", tz="Europe/Paris"))
@@ -507,6 +514,7 @@ def viewfs(spark, tmp_path):
             spark.conf.unset(k)
 
 
+@pytest.mark.runtime
 def test_paths_resolve_through_a_non_local_default_file_system(spark, capsys, viewfs):
     pq.write_table(pa.table({"text": ["the city is quiet", "a dog ran home"]}), viewfs / "raw.parquet")
     (viewfs / "raw").mkdir()

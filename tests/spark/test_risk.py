@@ -3,6 +3,7 @@ likelihoods where the mechanism has a closed form, the Monte Carlo attacker besi
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from dpspark.stats import compute_counts, plan
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.runtime
 def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tmp_path):
     """Every attacker's per-word hits, the shares, their intervals and the strongest attacker: the Spark
     job and the numpy reference agree for every setting, the model attacker (fitted β) included."""
@@ -94,9 +96,25 @@ def test_privacy_risk_mixes_mechanisms_with_exact_likelihoods(spark, tmp_path):
     assert m["mechanisms"] == ["laplace", "tem", "santext"] and len(m["settings"]) == 6
 
 
+@pytest.mark.runtime
+@pytest.mark.xdist_group("connect")
+def test_privacy_risk_end_to_end(classic, risk_on_the_sample):
+    """The command on the shipped sample with sensitive words (the run tests/connect compares its own with):
+    shares in [0, 1], top-5 at least top-1, and more recovered with less noise."""
+    out = classic(risk_on_the_sample)
+    shares = pq.read_table(out / "risk.parquet").to_pylist()
+    assert len(shares) == 2
+    assert all(0 <= r["top1"] <= r["top5"] <= 1 and 0 <= r["sensitive_top1"] <= 1 for r in shares)
+    by = {(r["epsilon"], r["lambda"]): r for r in shares}
+    assert by[(20.0, 1.0)]["top1"] > by[(5.0, 1.0)]["top1"]  # less noise, more recovered
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["corpus"]["words_measured"] == 60 and m["draws"] == 2 * 60 * 4
+
+
 REVIEWS = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
 
 
+@pytest.mark.statistical
 def test_the_default_figure_agrees_with_ten_times_the_runs(spark, tmp_path):
     """CMP at ε = 10, λ = 0 and 1 on the shipped sample: the reported top-1 and top-5 at the default
     K = 20 lie within 95% intervals of a run at K = 200 (other draws), and vice versa. The attacker

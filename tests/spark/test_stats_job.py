@@ -28,6 +28,7 @@ def stats_cli(out, *extra):
         return main(["privacy-stats", "--output", str(out), "--seed", "11", *SMALL, *extra])
 
 
+@pytest.mark.runtime
 def test_spark_equals_plain_numpy_for_every_mechanism(spark, glove, tmp_path):
     """One grid of every registered mechanism: the executors' counts equal the plain numpy ones for
     the same key, on the reduceByKey path and on the DataFrame (Spark Connect) path."""
@@ -47,6 +48,23 @@ def test_spark_equals_plain_numpy_for_every_mechanism(spark, glove, tmp_path):
     assert got == expected and twin == expected
     assert {grid.specs[s].name for s, _ in got} == set(mechanisms.REGISTRY)
     assert all(v[2] == 12 for v in got.values()) and len(got) == len(grid.specs) * 25
+
+
+@pytest.mark.runtime
+@pytest.mark.xdist_group("connect")
+def test_privacy_stats_of_every_mechanism_end_to_end(classic, stats_every_mechanism):
+    """The command over every mechanism's grid (the run tests/connect compares its own with): a row per
+    setting and word, every draw counted, the exact figures where the manifest says a closed form exists."""
+    out = classic(stats_every_mechanism)
+    names = [n for n in mechanisms.REGISTRY if n != "truncated-gumbel"]
+    t = pq.read_table(out / "per_word.parquet").to_pylist()
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["mechanisms"] == names and m["draws"] == 2 * len(names) * 30 * 12
+    assert len(t) == 2 * len(names) * 30 and {r["mechanism"] for r in t} == set(names)
+    assert all(r["runs"] == 12 and 0 <= r["nw"] <= 12 and 1 <= r["sw"] <= 12 for r in t)
+    exact = set(m["exact_statistics"])
+    assert {"tem", "santext"} <= exact
+    assert all((r["exact_nw"] is not None) == (r["mechanism"] in exact) for r in t)
 
 
 def test_privacy_stats_outputs(spark, tmp_path, caplog):
@@ -119,6 +137,7 @@ def test_privacy_stats_mixes_mechanisms_with_exact_figures(spark, tmp_path):
     assert "| tem β=0.001 |" in md and "| vickrey λ=1 t=0.5 |" in md and "Exact E[Nw]" in md
 
 
+@pytest.mark.statistical
 def test_calibrated_epsilon_holds_in_a_fresh_run(spark, tmp_path):
     out = tmp_path / "s"
     assert stats_cli(out, "--epsilons", "1,3,6,10,20,40", "--lambdas", "0,1") == 0

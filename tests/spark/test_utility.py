@@ -37,6 +37,21 @@ def summary_row(manifest, mode):
     return row
 
 
+@pytest.mark.runtime
+@pytest.mark.xdist_group("connect")
+def test_evaluate_utility_end_to_end(classic, utility_on_sms120):
+    """The command on 120 SMS messages (the run tests/connect compares its own with): the baseline and the
+    test-time row, a classifier that works, every row split into train and test."""
+    out = classic(utility_on_sms120)
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert [r["mode"] for r in rows] == ["baseline", "test-time"]
+    base = rows[0]
+    assert base["accuracy"] > 0.85 and base["auc"] > 0.9
+    assert all(0 <= r["accuracy"] <= 1 and 0 <= r["auc"] <= 1 for r in rows)
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["status"] == "succeeded" and m["rows"]["train"] + m["rows"]["test"] == 120
+
+
 @pytest.fixture(scope="module")
 def identity_run(spark, data, corpus_vocab, tmp_path_factory):
     out = tmp_path_factory.mktemp("u") / "identity"
@@ -44,6 +59,7 @@ def identity_run(spark, data, corpus_vocab, tmp_path_factory):
     return m, out
 
 
+@pytest.mark.statistical
 def test_noise_disabled_gives_the_baseline(spark, data, corpus_vocab, identity_run):
     from dpspark.spark.perturb import perturb_text
 
@@ -76,6 +92,7 @@ def test_noise_disabled_gives_the_baseline(spark, data, corpus_vocab, identity_r
     assert "not a release" in manifest["privacy_note"]
 
 
+@pytest.mark.statistical
 def test_a_grid_of_mechanisms_has_a_row_per_setting(spark, data, tmp_path):
     out = tmp_path / "mechanisms"
     args = ["--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out)]
@@ -113,6 +130,7 @@ def test_a_grid_of_mechanisms_has_a_row_per_setting(spark, data, tmp_path):
     assert manifest["timings"]["grid_points"] == len(settings) * 2
 
 
+@pytest.mark.statistical
 def test_noise_disabled_reidentification_is_the_unchanged_share(spark, data, corpus_vocab, tmp_path):
     m = risk_run(spark, data, tmp_path / "risk", epsilons="1e6", lambdas="1", runs=4, vocab_file=corpus_vocab)
     (r,) = m["results"]
@@ -120,6 +138,7 @@ def test_noise_disabled_reidentification_is_the_unchanged_share(spark, data, cor
     assert abs(r["top1"] - r["unchanged"]) < 0.01
 
 
+@pytest.mark.statistical
 def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identity_run):
     table = pq.read_table(data)
     labels = np.array(table.column("label").to_pylist(), dtype=object)
@@ -138,6 +157,7 @@ def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identi
     assert summary_row(identity_run[0], "baseline")["auc_mean"] > 0.9
 
 
+@pytest.mark.runtime
 def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path, monkeypatch):
     from dpspark.bundle import save_bundle
     from dpspark.embeddings import select_vocabulary
@@ -180,6 +200,7 @@ def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path
     assert leaked["unchanged"] == pytest.approx(held["unchanged"], abs=0.05)  # same runs, only the scoring moved
 
 
+@pytest.mark.statistical
 def test_joint_calibration_meets_its_bounds_in_a_fresh_run(spark, data, corpus_vocab, tmp_path):
     # ε = 2 is private but useless, ε = 400 useful but no protection, ε = 10 in between.
     grid = {"epsilons": "2,10,400", "lambdas": "1", "vocab_file": corpus_vocab}
@@ -238,6 +259,7 @@ def test_bad_input_is_refused_and_leaves_no_output(bad_inputs, spark, tmp_path, 
         assert not out.exists()
 
 
+@pytest.mark.runtime
 def test_mllib_fits_and_predicts_after_a_release_in_the_same_session(spark, data, tmp_path):
     """A release, then an MLlib model in the same session (a notebook's perturb, then
     evaluate-utility). On classic Spark 4.0.x an Observation made the session unserializable and

@@ -30,6 +30,7 @@ def release(src, out, *extra):
     return main(["release-vectors", "--input", str(src), "--output", str(out), "--column", "vec", *extra])
 
 
+@pytest.mark.runtime
 def test_privemb_release(spark, tmp_path, vectors_parquet):
     src, vecs = vectors_parquet
     out = tmp_path / "o"
@@ -61,6 +62,7 @@ def test_seeded_release_is_reproducible_and_m1_keeps_d(spark, tmp_path, vectors_
     assert {len(r["vec"]) for r in a if r["vec"] is not None} == {300}
 
 
+@pytest.mark.runtime
 def test_text_column_is_embedded_then_released(spark, tmp_path):
     src = tmp_path / "t.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3], "text": ["the cat sat", None, "qqzzx"]}), src)

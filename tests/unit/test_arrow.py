@@ -11,6 +11,9 @@ import pytest
 
 from dpspark.arrow import numbers, numpy_dtype, strings, to_numpy
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 TEXTS = ["a", None, "", "café ünïcode", None, "x" * 1000]
 
 

@@ -6,6 +6,9 @@ import pytest
 
 from dpspark._blas import kept_kernel_note, preferred_kernel
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 AVX512 = "fpu sse2 avx2 avx512f avx512bw avx512_bf16"
 
 

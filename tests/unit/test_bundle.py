@@ -13,6 +13,9 @@ from dpspark.bundle import load_bundle, perturber_from, save_bundle
 from dpspark.errors import EmbeddingError
 from dpspark.geometry import geometry
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 SETTINGS = {
     "settings": [{"name": "mahalanobis", "epsilon": 10.0, "lambda": 1.0}],
     "oov": "unk",

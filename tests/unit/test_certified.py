@@ -26,6 +26,9 @@ from dpspark.neighbours import (
     lowp_available,
 )
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 def brute_force(x, q):
     """The float64 reference, directly: one distance row per query."""

@@ -14,6 +14,9 @@ import pytest
 from dpspark import cli, config, errors, mechanisms
 from dpspark.cli import COMMANDS, build_parser, main
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

@@ -7,6 +7,9 @@ import pytest
 
 from dpspark.evaluation import compare_report as cr
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 def point(setting, eps, top1, acc):
     p = {"setting": setting, "epsilon": eps, "top1": top1, "top1_lo": top1 - 0.01, "top1_hi": top1 + 0.02}

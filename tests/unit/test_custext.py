@@ -17,6 +17,9 @@ from dpspark.mechanisms import REGISTRY, Space, parse
 from dpspark.mechanisms.custext import CusText, CusTextPlus, group_words
 from dpspark.mechanisms.stopwords import ENGLISH_STOP_WORDS
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 V = 5000
 OUTSIDE = 7000
 DRAWS = 40_000

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from dpspark.cli import build_parser, flag_name
-from dpspark.config import PerturbConfig
+from dpspark.config import FIRST_EPSILON, PerturbConfig
 
 BUNDLE = Path(__file__).resolve().parents[2] / "databricks" / "databricks.yml"
 RUN_DATE = "2026-11-21"
@@ -79,7 +79,7 @@ def test_the_parameters_parse_with_dpsparks_cli(bundle, task):
     config = PerturbConfig.parse(settings)
     assert config.partition == f"date={RUN_DATE}"
     assert config.columns == ["text"]
-    assert config.epsilon == 10.0
+    assert config.epsilon == FIRST_EPSILON  # the README's first ε (tests/unit/test_shared_defaults.py)
     assert (config.input, config.output) == (SAMPLE["input"], SAMPLE["output"])
     assert config.mode == "error" and not config.allow_rerelease and not config.keep_original  # the safe defaults
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import collections
 
 import pyarrow.parquet as pq
+import pytest
 
 from dpspark.evaluation.datasets import SMS_SPAM_ROWS, rotten_tomatoes, rotten_tomatoes_table, sms_spam_table
+
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
 
 
 def test_sms_spam_has_its_messages_and_two_labels():

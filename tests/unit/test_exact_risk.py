@@ -9,6 +9,9 @@ from dpspark import risk
 from dpspark.mechanisms import parse
 from dpspark.stats import compute_counts, plan
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 def brute_force(mech, prior, sensitive, runs, top=risk.TOP):
     """The same figures from the full (words × V) matrix, guesses by a plain sort per output."""

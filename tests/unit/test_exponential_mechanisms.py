@@ -18,6 +18,9 @@ from dpspark.mechanisms import REGISTRY, Space, base, exponential, parse
 from dpspark.mechanisms.santext import SanText
 from dpspark.mechanisms.tem import TEM, gamma_from_beta
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 V = 5000
 WORDS = np.array([0, 17, 450, 7000])  # three words of W (frequent to rarer) and one outside it
 DRAWS = 50_000

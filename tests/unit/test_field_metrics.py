@@ -17,6 +17,9 @@ from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.field_metrics import GridPoint
 from dpspark.mechanisms import Space, WordMechanism, parse
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 # ---- test mechanisms ---------------------------------------------------------------------------
 
 

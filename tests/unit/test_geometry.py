@@ -7,6 +7,9 @@ from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.geometry import geometry, scaled_covariance
 from dpspark.params import check_lambda
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 @pytest.fixture(scope="module")
 def vectors():

@@ -13,6 +13,9 @@ from dpspark.embeddings import WordRows
 from dpspark.prepare import prepare
 from dpspark.text import LAYOUTS, OOV_POLICIES, TextPerturber, assemble, decode_strings, tokenize
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 # Huge epsilon: every in-vocabulary word comes back as itself. "zqxwvkj", "qqzzrt" are OOV.
 EPS = 1e6
 MESSY = "  The  City\twas\r\non the\u2003river\u00a0.  \n"

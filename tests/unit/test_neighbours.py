@@ -6,6 +6,9 @@ import pytest
 from dpspark.mechanisms import sample_noise
 from dpspark.neighbours import QUERY_BLOCK, WORD_BLOCK, AnnoyIndex, ExactIndex, recall_at_1
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 @pytest.fixture(scope="module")
 def vocab(glove):

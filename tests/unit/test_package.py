@@ -16,6 +16,9 @@ import dpspark
 from dpspark.config import PerturbConfig
 from dpspark.errors import ConfigError
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # PerturbConfig fields that each function does not take as a parameter, and why.

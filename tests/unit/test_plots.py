@@ -13,6 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 pytest.importorskip("matplotlib")
 
 from dpspark import report, risk, utility  # noqa: E402

@@ -11,6 +11,9 @@ from dpspark.embeddings import load_default
 from dpspark.errors import ConfigError, OutputExistsError
 from dpspark.evaluation import privemb_eval as pe
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 @pytest.fixture(scope="module")
 def glove():

@@ -1,7 +1,12 @@
 import logging
 import time
 
+import pytest
+
 from dpspark.progress import Progress, _duration, watching
+
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
 
 
 def test_duration_and_estimate():

@@ -12,6 +12,9 @@ from dpspark import risk
 from dpspark.mechanisms import Space, parse
 from dpspark.stats import WorkItem, compute_counts, plan
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 def halves(mechs, prior, runs, key=b"\x07" * 16):
     items = plan([m.spec for m in mechs], np.array(sorted(prior)), runs, 15, runs // 2)

@@ -5,6 +5,9 @@ import pytest
 
 from dpspark import rng as dprng
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 def test_batch_generator_is_a_pure_function_of_key_partition_batch():
     key = bytes(range(16))

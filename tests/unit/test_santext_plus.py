@@ -13,6 +13,9 @@ from dpspark.mechanisms import Space, parse
 from dpspark.mechanisms.santext_plus import CORPUS_COUNTS, corpus_counts, least_frequent_in_corpus
 from dpspark.prepare import prepare_grid
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 @pytest.fixture(scope="module")
 def space(glove) -> Space:

@@ -9,6 +9,9 @@ from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.neighbours import ExactIndex
 from dpspark.stats import Bounds, calibrate, compute_counts, per_word, plan, rows_of_words, sample_words, summarise
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 def specs(epsilons, lambdas):
     return StatsConfig.parse({"epsilons": epsilons, "lambdas": lambdas}).settings()

@@ -12,6 +12,9 @@ from dpspark.errors import ConfigError
 from dpspark.mechanisms import Space, parse
 from dpspark.text import TextPerturber
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 @pytest.fixture(scope="module")
 def space(glove) -> Space:

@@ -8,6 +8,9 @@ from dpspark.config import PerturbConfig
 from dpspark.prepare import prepare
 from dpspark.text import COUNT_NAMES, TextPerturber, detokenize, tokenize
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 @pytest.mark.parametrize(
     "text,tokens",

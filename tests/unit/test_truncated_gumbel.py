@@ -14,6 +14,9 @@ from dpspark.errors import ConfigError
 from dpspark.mechanisms import REGISTRY, Space, parse
 from dpspark.mechanisms import truncated_gumbel as tg
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 VOCAB = 2000
 SEED = 20240917
 

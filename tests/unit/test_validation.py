@@ -25,6 +25,9 @@ from dpspark.errors import ConfigError, OutputError
 from dpspark.stats import Bounds, calibrate, joint_calibrate
 from dpspark.utility import BASELINE, utility_loss
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 REVIEWS = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
 
 

@@ -14,6 +14,9 @@ from dpspark.mechanisms.noise import CHUNK, Laplace, Mahalanobis
 from dpspark.mechanisms.vickrey import Vickrey, VickreySampler, choose_first
 from dpspark.neighbours import QUERY_BLOCK, WORD_BLOCK, AdaptiveIndex, CertifiedIndex, ExactIndex, _Emulated
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 
 @pytest.fixture(scope="module")
 def space20k(glove):
