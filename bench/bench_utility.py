@@ -6,6 +6,7 @@ Prints the CPU model, the total time, the time per grid point and the tables; th
 ≤ 10 minutes for evaluate-utility. Outputs stay in --output (default out/bench_utility).
 
     python bench/bench_utility.py [--output out/bench_utility] [--repeats 3] [--skip-risk]
+    python bench/bench_utility.py --smoke   # 100 messages, one grid point, R = 1, 2,000 words, in a temporary folder
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +33,18 @@ def main() -> None:
     ap.add_argument("--model", default="tfidf-logreg")
     ap.add_argument("--runs", type=int, default=20, help="K of privacy-risk")
     ap.add_argument("--skip-risk", action="store_true")
+    ap.add_argument("--rows", type=int, help="only the first ROWS messages (default: all)")
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 100 messages, one grid point, R = 1")
     args = ap.parse_args()
+    if args.smoke:
+        with tempfile.TemporaryDirectory(prefix="dpspark-bench-utility-") as tmp:
+            args.output, args.rows, args.epsilons, args.lambdas = tmp, 100, "10", "1"
+            args.repeats, args.vocab_size, args.runs = 1, 2_000, 2
+            return run(args)
+    run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     from dpspark.config import EvaluateUtilityConfig, RiskConfig
@@ -43,7 +56,7 @@ def main() -> None:
     out = Path(args.output)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    data = sms_spam(out / "data")
+    data = sms_spam(out / "data", args.rows)
     print(f"CPU: {cpu_line()}; Spark local[2]; data {data}")
     t0 = time.perf_counter()
     spark = get_session("local[2]")

@@ -4,7 +4,7 @@ Writes the vectors as Parquet (array<float>), runs `dpspark release-vectors` (Pr
 β = 0.8 → m = 59) in a fresh process, and prints vectors/s next to the one-core rate
 of the arithmetic alone, to show whether Arrow I/O or the mechanism bounds the job.
 
-    python bench/bench_vectors.py [--rows 1000000] [--dim 300]
+    python bench/bench_vectors.py [--rows 1000000] [--dim 300] [--smoke]
 """
 
 from __future__ import annotations
@@ -36,11 +36,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--dim", type=int, default=300)
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 2,000 vectors of dimension 50")
     a = ap.parse_args()
+    if a.smoke:
+        a.rows, a.dim = 2_000, 50
     from dpspark.privemb import draw_projection, privemb, projection_dim
 
     m = projection_dim(a.dim, 1e-6, 0.8)
-    x = np.random.default_rng(1).standard_normal((100_000, a.dim))
+    x = np.random.default_rng(1).standard_normal((min(a.rows, 100_000), a.dim))
     phi = draw_projection(m, a.dim, np.random.default_rng(2))
     t0 = time.perf_counter()
     privemb(x, phi, 5.0, 0.8, np.random.default_rng(3))
@@ -68,9 +71,10 @@ def main() -> None:
             "0.8",
             "--master",
             "local[2]",
+            "--quiet",
         ]
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)  # --quiet: stderr only on a failure
         wall = time.perf_counter() - t0
         mf = json.loads((out / "_dpspark_manifest.json").read_text())
     t = mf["timings"]
