@@ -1,6 +1,7 @@
 """The README's "MLDP benchmark's picture" tables, from a `dpspark compare` output directory.
 
     python bench/mldp_picture.py OUT_DIR [--epsilons 1,5,10]
+    python bench/mldp_picture.py --smoke   # the tables of a tiny `dpspark compare` run, made here
 
 One row per mechanism, each cell "ε=1 / ε=5 / ε=10": train-time accuracy, top-1 re-identification,
 MLDP's Nw and Sw (25 words × 100 trials), PP, LOW and CS, as `compare` measured them
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -26,13 +30,37 @@ COLUMNS = (
 )
 
 
+def tiny_compare(tmp: Path) -> Path:
+    """A `dpspark compare` output of seconds: 100 SMS messages, CMP at ε = 1 and 10, 2,000 words."""
+    from dpspark.evaluation.datasets import sms_spam
+
+    data, out = sms_spam(tmp, rows=100), tmp / "compare"
+    cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())", "compare"]
+    cmd += ["--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out)]
+    cmd += ["--mechanisms", "laplace", "--epsilons", "1,10", "--vocab-size", "2000", "--runs", "2"]
+    cmd += ["--repeats", "1", "--mode", "train-time", "--refine", "0", "--max-words", "20"]
+    cmd += ["--mldp-words", "5", "--mldp-trials", "10", "--master", "local[1]", "--quiet"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)  # --quiet: stderr only on a failure
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("output", help="a dpspark compare output directory")
+    parser.add_argument("output", nargs="?", help="a dpspark compare output directory")
     parser.add_argument("--epsilons", default="1,5,10")
+    parser.add_argument("--smoke", action="store_true", help="the tables of a tiny compare run made here (seconds)")
     args = parser.parse_args(argv)
-    out = Path(args.output)
-    eps = [float(e) for e in args.epsilons.split(",")]
+    if args.smoke:
+        with tempfile.TemporaryDirectory(prefix="dpspark-bench-mldp-") as tmp:
+            return table(tiny_compare(Path(tmp)), "1,10")
+    if args.output is None:
+        parser.error("the compare output directory is required (or --smoke)")
+    table(Path(args.output), args.epsilons)
+
+
+def table(out: Path, epsilons: str) -> None:
+    """Print the tables of the compare output ``out`` at the ε of ``epsilons`` (comma-separated)."""
+    eps = [float(e) for e in epsilons.split(",")]
     rows = pq.read_table(out / "compare.parquet").to_pylist()
     manifest = json.loads((out / "_dpspark_manifest.json").read_text())
     by = {(r["mechanism"], r["epsilon"]): r for r in rows if r["stage"] == "grid"}

@@ -11,6 +11,9 @@ bench_perturb.py and bench_mechanisms.py call it; by hand (inside bench/.peers-v
 Prints one JSON line. Where the mechanism cannot run here (mldp-text's SynTF without NLTK's WordNet
 corpus, a constructor that rejects the setting) it prints {"error": ...} instead, the same message
 on the last line of stderr, and exits with status 3 (bench_mechanisms.py shows it as "failed").
+``--smoke`` (any venv) checks this script's own code in seconds on 2,000 words (the token draw, the
+GloVe text files, the one-word diameters) and times each peer on 20 tokens where it is installed; a
+peer that is not installed is named, with no figure.
 
 What each package runs for each mechanism (the classes of pypantera 1.0.2 and mldp-text 0.1.2):
 
@@ -83,9 +86,11 @@ for _v in (
     os.environ[_v] = "1"
 
 import argparse  # noqa: E402 - after the thread settings
+import importlib.metadata  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -168,9 +173,35 @@ def token_list(n, vocab_size, words, tokens_file=None):
     return [words[i] for i in idx[:n]]
 
 
+def smoke(ap):
+    """--smoke: the script's own steps on 2,000 words, then each installed peer on 20 tokens (CMP)."""
+    with tempfile.TemporaryDirectory(prefix="dpspark-bench-peers-") as cache:
+        words, emb = load_glove(2_000)
+        tokens = token_list(200, len(words), words)
+        assert len(tokens) == 200 and set(tokens) <= set(words), "the token draw left the vocabulary"
+        for name, header in (("glove.txt", False), ("glove.w2v.txt", True)):
+            path = os.path.join(cache, name)
+            write_glove_text(path, words, emb, header)
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+            assert len(lines) == len(words) + header and lines[header].split(" ")[0] == words[0], path
+            assert len(lines[-1].split(" ")) == 1 + emb.shape[1], path
+        dmax, dmin = one_word_diameters(emb)
+        assert 0 < dmin <= dmax, (dmin, dmax)
+        print(f"peers.py: 200 tokens drawn, both GloVe text files written, one word's diameters {dmin:.3f}-{dmax:.3f}")
+        for package in HAS:
+            try:
+                importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                print(f"{package}: not installed in this venv (make bench-peers-venv installs it): not timed")
+                continue
+            a = ap.parse_args(["--package", package, "--tokens", "20", "--vocab-size", str(len(words))])
+            print(json.dumps(measure(a, cache)))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--package", required=True, choices=["pypantera", "mldp-text"])
+    ap.add_argument("--package", choices=["pypantera", "mldp-text"])
     ap.add_argument("--tokens", type=int, default=500)
     ap.add_argument("--epsilon", type=float, default=10.0)
     ap.add_argument("--vocab-size", type=int, default=50000)
@@ -197,14 +228,24 @@ def main():
         help="stop after the text row (pypantera) or token (mldp-text) that passes this much perturbation time "
         "(0: all --tokens); the JSON's tokens says how many were timed",
     )
+    ap.add_argument("--smoke", action="store_true", help="seconds, any venv: this script's steps, each installed peer")
     a = ap.parse_args()
+    if a.smoke:
+        return smoke(ap)
+    if a.package is None:
+        ap.error("--package is required (or --smoke)")
+    print(json.dumps(measure(a)))
+
+
+def measure(a, cache=HERE):
+    """Time ``a.package``'s ``a.mechanism`` (peers.py's arguments) with its GloVe text file in ``cache``."""
     if a.mechanism not in HAS[a.package]:
         raise SystemExit(f"{a.package} has no {a.mechanism} mechanism")
 
     t0 = time.perf_counter()
     words, emb = load_glove(a.vocab_size)
     tokens = token_list(a.tokens, a.vocab_size, words, a.tokens_file)
-    glove_txt = os.path.join(HERE, "glove50k.txt" if a.vocab_size == 50000 else f"glove{a.vocab_size}.txt")
+    glove_txt = os.path.join(cache, "glove50k.txt" if a.vocab_size == 50000 else f"glove{a.vocab_size}.txt")
     w2v_txt = glove_txt[:-4] + ".w2v.txt"
     if a.package == "pypantera":
         write_glove_text(glove_txt, words, emb, header=False)  # pypantera: plain GloVe, NO header
@@ -323,25 +364,21 @@ def main():
     n = len(result)  # fewer than --tokens when --max-seconds ran out
     assert n == len(tokens) or (a.max_seconds and 0 < n < len(tokens)), (n, len(tokens))
     changed = sum(x != y for x, y in zip(tokens, result)) / n
-    print(
-        json.dumps(
-            {
-                "package": a.package,
-                "tokens": n,
-                "epsilon": a.epsilon,
-                "vocab_size": a.vocab_size,
-                "vocab_loaded": vocab_loaded,
-                "seconds": round(secs, 4),
-                "tokens_per_s": round(n / secs, 2),
-                "setup_seconds": round(setup_s, 3),
-                "prep_seconds": round(prep_s, 3),
-                "mechanism": name,
-                "kind": a.mechanism,
-                "changed_frac": round(changed, 4),
-                "sample": list(zip(tokens[:5], result[:5])),
-            }
-        )
-    )
+    return {
+        "package": a.package,
+        "tokens": n,
+        "epsilon": a.epsilon,
+        "vocab_size": a.vocab_size,
+        "vocab_loaded": vocab_loaded,
+        "seconds": round(secs, 4),
+        "tokens_per_s": round(n / secs, 2),
+        "setup_seconds": round(setup_s, 3),
+        "prep_seconds": round(prep_s, 3),
+        "mechanism": name,
+        "kind": a.mechanism,
+        "changed_frac": round(changed, 4),
+        "sample": list(zip(tokens[:5], result[:5])),
+    }
 
 
 if __name__ == "__main__":
