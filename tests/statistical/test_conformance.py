@@ -44,6 +44,7 @@ False alarms: ALPHA = 1e-4 per χ² assertion (fixed seeds, so a run is reproduc
 
 from __future__ import annotations
 
+import os
 import tempfile
 import zlib
 from dataclasses import dataclass, field
@@ -97,6 +98,10 @@ SELF_WORDS = 50
 SELF_COPIES = 100
 WRONG = 0.8  # the power checks' ε factor
 SEED = 20240917
+# The noise family's checks run on every search backend: the numpy CPU search, and DeviceIndex on
+# DPSPARK_TEST_DEVICE (cpu here; bench/gpu_device_run.sh sets cuda on a GPU machine).
+BACKENDS = ("numpy", "torch")
+TORCH_DEVICE = os.environ.get("DPSPARK_TEST_DEVICE", "cpu")
 
 
 @dataclass(frozen=True)
@@ -273,18 +278,56 @@ def space(glove) -> Space:
 
 
 @pytest.fixture(scope="module")
-def build(space):
-    """build(name, epsilon, **overrides): the registered mechanism with its case's parameters (cached)."""
+def spaces(glove, space):
+    """The space per search backend (BACKENDS): "numpy" is ``space`` (the CPU search), "torch" the same W
+    searched by dpspark.device.DeviceIndex on TORCH_DEVICE (skipped without torch)."""
+    made = {"numpy": space}
+
+    def on(backend: str) -> Space:
+        if backend not in made:
+            pytest.importorskip("torch", reason="the torch backend needs PyTorch (pip install 'dpspark[gpu]')")
+            from dpspark.device import DeviceIndex
+
+            index = DeviceIndex(space.vocab64, TORCH_DEVICE)
+            made[backend] = Space(
+                glove.vectors, space.vocab_rows, index, words=glove.word_rows, cache_dir=space.cache_dir
+            )
+        return made[backend]
+
+    return on
+
+
+@pytest.fixture(scope="module")
+def build(spaces):
+    """build(name, epsilon, backend="numpy", **overrides): the registered mechanism with its case's
+    parameters on that backend's space (cached)."""
     cache: dict[tuple, WordMechanism] = {}
 
-    def make(name: str, epsilon: float, **overrides: Any) -> WordMechanism:
+    def make(name: str, epsilon: float, backend: str = "numpy", **overrides: Any) -> WordMechanism:
         values = {**CASES[name].params, **overrides, "name": name, "epsilon": float(epsilon)}
-        key = tuple(sorted(values.items()))
+        key = (backend, *sorted(values.items()))
         if key not in cache:
-            cache[key] = parse(values).build(space)
+            cache[key] = parse(values).build(spaces(backend))
         return cache[key]
 
     return make
+
+
+def float64_nearest(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The float64 best two (n×2, ties to the lower row): a float64 GEMM keeps the words within
+    2⁻³⁰(‖q‖ + max‖x‖)² of the second smallest distance (far above its rounding), and
+    ((q − x)**2).sum(axis=1) orders them."""
+    xx = (x * x).sum(axis=1)
+    out = np.empty((len(q), 2), dtype=np.int64)
+    for s in range(0, len(q), 128):
+        qc = q[s : s + 128]
+        qq = (qc * qc).sum(axis=1)
+        d = qq[:, None] - 2 * qc @ x.T + xx
+        limit = np.partition(d, 1, axis=1)[:, 1] + 2.0**-30 * (np.sqrt(qq) + np.sqrt(xx.max())) ** 2
+        for i, p in enumerate(qc):
+            rows = np.flatnonzero(d[i] <= limit[i])
+            out[s + i] = rows[np.lexsort((rows, ((p - x[rows]) ** 2).sum(axis=1)))[:2]]
+    return out
 
 
 def rows_of(glove, words) -> np.ndarray:
@@ -663,13 +706,20 @@ def test_variant_passes_the_closed_form_checks(name, setting, build, space, audi
     print(f"\n{label}: max privacy loss as a share of its bound {worst:.4f}; (Monte Carlo, exact, z) {figures}")
 
 
+def _noise_family() -> list[str]:
+    """The registered mechanisms whose draws are an exact search around a noisy point."""
+    return [n for n in REGISTRY if n in CASES and (CASES[n].noise_lambda is not None or CASES[n].equals)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(REGISTRY))
-def test_every_word_is_output_from_itself(name, build, audit_pairs):
+@pytest.mark.parametrize(
+    "name,backend", [(n, "numpy") for n in REGISTRY] + [(n, b) for n in _noise_family() for b in BACKENDS[1:]]
+)
+def test_every_word_is_output_from_itself(name, backend, build, audit_pairs):
     case = CASES[name]
     rows = np.unique(audit_pairs[0][:, 0])[:SELF_WORDS]
-    nw = check_self_output(build(name, case.self_epsilon), rows, SELF_COPIES, rng_for("self", name), name)
-    print(f"\n{name} ε={case.self_epsilon:g}: least Nw {nw.min()} of {SELF_COPIES}")
+    nw = check_self_output(build(name, case.self_epsilon, backend), rows, SELF_COPIES, rng_for("self", name), name)
+    print(f"\n{name} ε={case.self_epsilon:g} ({backend}): least Nw {nw.min()} of {SELF_COPIES}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -677,29 +727,38 @@ def test_every_word_is_output_from_itself(name, build, audit_pairs):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", [n for n in REGISTRY if n in CASES and CASES[n].noise_lambda is not None])
-def test_noise_draws_are_the_tested_noise(name, build, space):
-    """Draw for draw nearest(φ(w) + sample_noise(λ)), so test_noise.py's KS tests (with power) are of this noise."""
+def test_noise_draws_are_the_tested_noise(name, backend, build, space):
+    """Draw for draw nearest(φ(w) + sample_noise(λ)), so test_noise.py's KS tests (with power) are of this noise;
+    the numpy search's answers (float32) and, on the torch backend, exactly the float64 nearest word."""
     lam = CASES[name].noise_lambda
     rows = np.repeat(np.random.default_rng(SEED + 2).choice(VOCABULARY, 100, replace=False), 10)
     assert len(rows) <= CHUNK
     for epsilon in CASES[name].epsilons:
-        out = build(name, epsilon).sample(rows, rng_for("noise", name, epsilon))
+        out = build(name, epsilon, backend).sample(rows, rng_for("noise", name, epsilon))
         noise = sample_noise(len(rows), space.dim, epsilon, rng_for("noise", name, epsilon), space.a(lam))
-        np.testing.assert_array_equal(out, space.index.query(space.vectors[rows] + noise))
+        v = space.vectors[rows] + noise
+        if backend == "numpy":
+            np.testing.assert_array_equal(out, space.index.query(v))
+        else:
+            np.testing.assert_array_equal(out, float64_nearest(space.vocab64, v)[:, 0])
+            # the same key gives the CPU search's draws wherever float32 is not at a tie
+            assert (out == space.index.query(v)).mean() >= 0.999
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "name,own,other,theirs",
     [(n, *e) for n in REGISTRY if n in CASES for e in CASES[n].equals],
     ids=lambda v: _setting_id(v) if isinstance(v, dict) else str(v),
 )
-def test_equal_draw_for_draw(name, own, other, theirs, build):
+def test_equal_draw_for_draw(name, own, other, theirs, backend, build):
     rows = np.repeat(np.random.default_rng(SEED + 3).choice(VOCABULARY, 100, replace=False), 10)
     for epsilon in CASES[name].epsilons:
-        a = build(name, epsilon, **own).sample(rows, rng_for("equal", epsilon))
-        b = build(other, epsilon, **theirs).sample(rows, rng_for("equal", epsilon))
+        a = build(name, epsilon, backend, **own).sample(rows, rng_for("equal", epsilon))
+        b = build(other, epsilon, backend, **theirs).sample(rows, rng_for("equal", epsilon))
         np.testing.assert_array_equal(a, b)
 
 
@@ -772,15 +831,16 @@ def injected_points(glove, space) -> list[tuple[int, np.ndarray]]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("t", [0.5, 0.75])
-def test_vickrey_choice_given_the_noise(t, build, glove, space):
+def test_vickrey_choice_given_the_noise(t, backend, build, glove, space):
     """The noise is injected, so ε plays no part: one ε of the case."""
     if "vickrey" not in REGISTRY:
         pytest.skip("vickrey is not registered")
     epsilon = CASES["vickrey"].epsilons[0]
-    mechanism = build("vickrey", epsilon, t=t)
+    mechanism = build("vickrey", epsilon, backend, t=t)
     for row, z in injected_points(glove, space):
-        label = f"vickrey t={t:g} {glove.words[row]}"
+        label = f"vickrey t={t:g} {glove.words[row]} ({backend})"
         figures = check_vickrey_choice(mechanism, space, row, z, t, 40_000, rng_for("choice", t, row), label)
         print(f"\n{label}: {figures}")
 
