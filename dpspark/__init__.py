@@ -208,7 +208,7 @@ _PERTURB_TEXT_SETTINGS = frozenset(perturb_text.__kwdefaults__)
 
 
 def release(
-    df: DataFrame,
+    df: DataFrame | None,
     output: str | None = None,
     columns: list[str] | str | None = None,
     epsilon: float | None = None,
@@ -276,7 +276,8 @@ def release(
     ``dpspark.config.PerturbConfig`` and are checked by it.
 
     Args:
-        df: the input DataFrame (bounded: a stream is refused).
+        df: the input DataFrame (bounded: a stream is refused), or None where the release reads
+            its input itself (``partition`` with ``input``, or ``input_table``).
         output: the output directory (or give ``output_table``).
         columns: the text column(s) to perturb (a list, or one comma-separated string).
         epsilon: the privacy parameter ε (required: no default).

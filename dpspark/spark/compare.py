@@ -53,7 +53,7 @@ from pyspark.sql import types as T
 import dpspark
 from dpspark import mechanisms, report, utility
 from dpspark.config import CompareConfig
-from dpspark.errors import ConfigError
+from dpspark.errors import ConfigError, InputDataError
 from dpspark.evaluation import compare_report as cr
 from dpspark.evaluation import field_metrics as fm
 from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY, MechanismSpec
@@ -659,6 +659,10 @@ class Comparison:
         counts = token_counts(self.df, c.text_column)
         index = self.emb.word_index
         ranked = sorted(((n, index[t]) for t, n in counts.items() if t in index), key=lambda x: (-x[0], x[1]))
+        if not ranked:  # as privacy-risk refuses it: no corpus word for the attacker to recover
+            raise InputDataError(
+                f"text column {c.text_column!r} has no token with a vector in {self.emb.name}: nothing to measure"
+            )
         embedded = [n for n, _ in ranked]
         measured = embedded[: c.max_words] if c.max_words else embedded
         total = sum(measured)

@@ -171,20 +171,24 @@ class FileSystem:
 
     def write_bytes(self, path: str, data: bytes, overwrite: bool = True) -> None:
         """Write beside and rename: a reader never sees half a file. With ``overwrite=False`` an
-        existing ``path`` is an error (FileExistsError), never replaced."""
-        directory, name = posixpath.split(path.rstrip("/"))
-        part = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-        if self.local:
+        existing ``path`` is an error (FileExistsError), never replaced. On the local file system the
+        operating system writes it (Hadoop's local file system would add a ``.crc`` file beside it)."""
+        local = self.local_file(path)
+        if local is not None:
+            directory, name = posixpath.split(local.rstrip("/"))
+            part = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
             Path(directory).mkdir(parents=True, exist_ok=True)  # as Hadoop's create does
             Path(part).write_bytes(data)
             try:
                 if overwrite:
-                    os.replace(part, path)
+                    os.replace(part, local)
                 else:
-                    os.link(part, path)  # atomic, and refuses an existing target
+                    os.link(part, local)  # atomic, and refuses an existing target
             finally:
                 Path(part).unlink(missing_ok=True)
             return
+        directory, name = posixpath.split(path.rstrip("/"))
+        part = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         fs, p = self._hadoop(part)
         out = fs.create(p, True)
         try:

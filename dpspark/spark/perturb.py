@@ -242,11 +242,12 @@ def release(
     Same manifest, ledger, refusals (output overlapping the input, existing output,
     re-release) and atomic commit as the CLI. Settings are PerturbConfig fields
     (mechanism, lam, vocab_size, oov, layout, mode, allow_rerelease, seed, ...).
-    Returns the manifest.
+    ``df`` is None where the release reads its input itself (``partition=`` with ``input=``, or
+    ``input_table=``), in the active session. Returns the manifest.
     """
     given = {"output": output, "columns": columns, "epsilon": epsilon}
     config = PerturbConfig.parse({**{k: v for k, v in given.items() if v is not None}, **settings})
-    return run_perturb(config, spark=df.sparkSession, df=df)
+    return run_perturb(config, spark=df.sparkSession if df is not None else None, df=df)
 
 
 def perturb_text(

@@ -64,6 +64,37 @@ def _local_jvm_opts() -> str:
     return f"{local_jvm_flags()}{blas} -Dlog4j2.configurationFile={_LOG4J.as_uri()} -Ddpspark.jvm.log.level={level}"
 
 
+# Spark 4's launcher starts the JVM with --add-modules=jdk.incubator.vector, and the JVM then writes
+# "WARNING: Using incubator modules: jdk.incubator.vector" to its stderr as it starts: no option or log
+# level silences it. Under --quiet the JVM dpspark starts writes to a pipe whose other lines a thread
+# copies to this process's stderr.
+_INCUBATOR = b"WARNING: Using incubator modules"
+
+
+@contextmanager
+def _without_incubator_notice() -> Iterator[None]:
+    """Start a JVM inside: its stderr (fd 2, inherited) is a pipe forwarded without the incubator notice;
+    this process's own stderr is put back as it was when the block ends."""
+    read_fd, write_fd = os.pipe()
+    real = os.dup(2)
+
+    def forward() -> None:
+        with os.fdopen(read_fd, "rb") as lines:
+            for line in lines:
+                if not line.startswith(_INCUBATOR):
+                    os.write(real, line)
+
+    threading.Thread(target=forward, name="dpspark-jvm-stderr", daemon=True).start()
+    sys.stderr.flush()
+    os.dup2(write_fd, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)
+        os.close(write_fd)
+
+
 def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str | None = None) -> SparkSession:
     """Return the active session, or start one (``local[*]`` unless ``master`` says otherwise).
 
@@ -103,6 +134,10 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
     builder = builder.config("spark.io.encryption.enabled", "true")
     for k, v in _SINGLE_THREAD.items():
         builder = builder.config(f"spark.executorEnv.{k}", v)
+    quiet = logging.getLogger("dpspark").getEffectiveLevel() >= logging.ERROR
+    if quiet and "PYSPARK_GATEWAY_PORT" not in os.environ:  # a JVM of dpspark's own starts here
+        with _without_incubator_notice():
+            return builder.getOrCreate()
     return builder.getOrCreate()
 
 

@@ -113,13 +113,14 @@ def check_input(df: DataFrame, config: EvaluateUtilityConfig) -> None:
 
 
 def label_classes(df: DataFrame, label: str) -> tuple[list[Any], list[str], list[int]]:
-    """(label values sorted, their string forms as Spark casts them, row counts): refuses nulls and one class."""
+    """(label values sorted, their string forms as Spark casts them, row counts): refuses nulls, NaN and one
+    class."""
     rows = df.groupBy(F.col(quote(label)).alias("v"), F.col(quote(label)).cast("string").alias("k")).count().collect()
-    nulls = sum(r["count"] for r in rows if r["v"] is None)
-    if nulls:
+    missing = [r for r in rows if r["v"] is None or (isinstance(r["v"], float) and math.isnan(r["v"]))]
+    if missing:
         raise InputDataError(
-            f"label column {label!r} has {nulls} null value(s): drop or label those rows first "
-            "(every row needs a class)"
+            f"label column {label!r} has {sum(r['count'] for r in missing)} null or NaN value(s): drop or label "
+            "those rows first (every row needs a class)"
         )
     if len(rows) < 2:
         only = f"only the value {rows[0]['v']!r}" if rows else "no rows"

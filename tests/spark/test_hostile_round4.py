@@ -1,0 +1,136 @@
+"""Hostile and careless use, round 4 (issue 30): the defects that need a Spark session. Each refusal: its
+exit code, its one sentence, and nothing changed or left behind."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dpspark
+from dpspark.cli import main
+
+pytestmark = pytest.mark.spark
+
+VOCAB = ["--vocab-size", "2000"]
+
+
+def snapshot(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def entries(out):
+    return sorted(
+        (json.loads(p.read_text()) for p in (out / "_dpspark_ledger").glob("*.json")), key=lambda e: e["finished_at"]
+    )
+
+
+def test_ledger_of_three_guarantee_types_on_one_output(spark, dataset, tmp_path, capsys):
+    out = tmp_path / "out"
+    before = snapshot(dataset)
+    base = ["perturb", "--input", str(dataset), "--output", str(out), "--columns", "text", *VOCAB, "--quiet"]
+    assert main([*base, "--epsilon", "10", "--mechanism", "laplace"]) == 0
+    again = [*base, "--mode", "overwrite", "--allow-rerelease"]
+    assert main([*again, "--epsilon", "2", "--mechanism", "santext-plus", "--p", "0.2"]) == 0
+    assert main([*again, "--epsilon", "1000", "--mechanism", "truncated-gumbel"]) == 0
+    assert snapshot(dataset) == before
+
+    got = [(e["mechanism"], e["guarantee_type"], e["spent"]) for e in entries(out)]
+    assert got == [
+        ("laplace", "metric", 10.0),
+        ("santext-plus", "umldp", pytest.approx(2.0 + math.log(1 / 0.2))),
+        ("truncated-gumbel", "none", None),
+    ]
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    (row,) = m["ledger"]["epsilon_spent"]
+    sums = {k["guarantee_type"]: (k["spent"], k["unbounded"], k["releases"]) for k in row["by_guarantee_type"]}
+    assert sums == {
+        "metric": (10.0, False, 1),
+        "umldp": (pytest.approx(2.0 + math.log(5.0)), False, 1),
+        "none": (None, True, 1),
+    }
+    assert row["epsilon_at_most"] is None  # never a sum across types (it was 1012)
+    assert m["ledger"]["unbounded"] is True  # this release spends an unbounded budget
+    # dpspark's own files carry no Hadoop checksum files beside them
+    assert not [p for p in (out / "_dpspark_ledger").iterdir() if p.name.endswith(".crc")]
+    assert not (out / "._dpspark_manifest.json.crc").exists()
+
+
+def test_report_folders_hold_no_crc_files(spark, tmp_path):
+    out = tmp_path / "stats"
+    argv = ["privacy-stats", "--output", str(out), "--mechanisms", "laplace", "--epsilons", "5", "--runs", "2"]
+    assert main([*argv, "--words", "5", *VOCAB, "--quiet"]) == 0
+    names = [p.name for p in out.rglob("*")]
+    assert "_dpspark_manifest.json" in names and "summary.md" in names
+    assert not [n for n in names if n.endswith(".crc")]
+
+
+def test_nan_labels_are_refused_not_a_third_class(spark, tmp_path, capsys):
+    raw = tmp_path / "raw.parquet"
+    texts = ["the city is quiet", "a dog ran home", "the house is old", "we ran to the city"] * 5
+    labels = [0.0, 1.0, float("nan"), 1.0] * 5
+    pq.write_table(pa.table({"text": texts, "label": pa.array(labels, pa.float64())}), raw)
+    before = snapshot(tmp_path)
+    out = tmp_path / "out"
+    argv = ["compare", "--input", str(raw), "--text-column", "text", "--label-column", "label", "--output", str(out)]
+    assert main([*argv, "--mechanisms", "laplace", "--epsilons", "5", *VOCAB]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "dpspark compare: error: label column 'label' has 5 null or NaN value(s): drop or label those rows first "
+        "(every row needs a class)"
+    )
+    assert snapshot(tmp_path) == before and not out.exists()
+
+
+def test_release_of_a_partition_without_a_dataframe(spark, tmp_path):
+    raw = tmp_path / "raw"
+    for day in ("2026-11-20", "2026-11-21"):
+        (raw / f"date={day}").mkdir(parents=True)
+        pq.write_table(pa.table({"text": ["the city is quiet", "a dog ran home"]}), raw / f"date={day}" / "p.parquet")
+    before = snapshot(raw)
+    out = tmp_path / "out"
+    m = dpspark.release(
+        None, output=str(out), columns="text", epsilon=10, partition="date=2026-11-21", input=str(raw), vocab_size=2000
+    )
+    assert m["partition"] == "date=2026-11-21" and m["counts"]["rows"] == 2
+    assert [p.name for p in out.iterdir() if p.name.startswith("date=")] == ["date=2026-11-21"]
+    assert snapshot(raw) == before
+
+
+def test_compare_on_a_text_column_of_empty_strings(spark, tmp_path, capsys):
+    raw = tmp_path / "raw.parquet"
+    pq.write_table(pa.table({"text": [""] * 20, "label": ["a", "b"] * 10}), raw)
+    before = snapshot(tmp_path)
+    out = tmp_path / "out"
+    argv = ["compare", "--input", str(raw), "--text-column", "text", "--label-column", "label", "--output", str(out)]
+    code = main([*argv, "--mechanisms", "laplace", "--epsilons", "5", *VOCAB, "--runs", "4", "--refine", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3, err
+    assert err[-1].startswith("dpspark compare: error: text column 'text' has no token with a vector")
+    assert snapshot(tmp_path) == before and not out.exists()
+
+
+def test_quiet_hides_the_jvms_incubator_notice(tmp_path, dataset):
+    """A fresh process, whose JVM starts with Spark's --add-modules=jdk.incubator.vector: --quiet prints the
+    result line alone."""
+    drop = (
+        "PYSPARK_SUBMIT_ARGS",
+        "SPARK_SUBMIT_OPTS",
+        "SPARK_LOCAL_IP",
+        "PYSPARK_GATEWAY_PORT",
+        "PYSPARK_GATEWAY_SECRET",
+    )
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, "PYSPARK_PYTHON": sys.executable}
+    argv = ["perturb", "--input", str(dataset), "--output", str(tmp_path / "out"), "--columns", "text"]
+    argv += ["--epsilon", "6", *VOCAB, "--master", "local[1]", "--quiet"]
+    code = f"import sys; from dpspark.cli import main; sys.exit(main({argv!r}))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "incubator" not in done.stderr and done.stderr.strip() == "", done.stderr
+    assert done.stdout.startswith("dpspark perturb: released ")
