@@ -237,6 +237,9 @@ class IndexSettings(Settings):
     nn: Literal["exact", "annoy"] = Field(default="exact", description="nearest-neighbour search: exact or annoy")
     annoy_trees: int = Field(default=50, ge=1, description="annoy: number of trees (50)")
     annoy_search_k: int = Field(default=-1, ge=-1, description="annoy: search_k (-1 = annoy's default)")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="exact search on a GPU: auto (the task's GPU where it has one), cpu or cuda"
+    )
 
     @after("nn")
     def _nn(cls, v: str) -> str:
@@ -244,6 +247,14 @@ class IndexSettings(Settings):
 
         if v == "annoy" and importlib.util.find_spec("annoy") is None:
             raise ValueError("nn annoy needs the optional package annoy: pip install 'dpspark[annoy]'")
+        return v
+
+    @after("device")
+    def _device(cls, v: str) -> str:
+        import importlib.util
+
+        if v == "cuda" and importlib.util.find_spec("torch") is None:
+            raise ValueError("device cuda needs the optional package torch: pip install 'dpspark[gpu]'")
         return v
 
 
@@ -255,9 +266,6 @@ class ReleaseSettings(OutputSettings, SparkSettings):
         default=None, description="input metastore / Unity Catalog table (catalog.schema.table) instead of --input"
     )
     output_table: str | None = Field(
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        default="auto", description="exact search on a GPU: auto (the task's GPU where it has one), cpu or cuda"
-    )
         default=None,
         description="output table (catalog.schema.table) instead of --output; its ledger is the table "
         "<name>__dpspark_ledger beside it",
@@ -267,14 +275,6 @@ class ReleaseSettings(OutputSettings, SparkSettings):
         description="format of a new output table (default: the session's, delta on Databricks, parquet locally)",
     )
     partition: str | None = Field(
-    @after("device")
-    def _device(cls, v: str) -> str:
-        import importlib.util
-
-        if v == "cuda" and importlib.util.find_spec("torch") is None:
-            raise ValueError("device cuda needs the optional package torch: pip install 'dpspark[gpu]'")
-        return v
-
         default=None,
         description="ETL: release one input partition (e.g. date=2026-11-21) into the same partition of --output "
         "(or --output-table)",
