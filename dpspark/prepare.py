@@ -222,6 +222,8 @@ class Prepared:
             "nearest_neighbour": {
                 "method": self.index.method,
                 "params": self.index.params(),
+                "device": c.device,
+                "device_search": DEVICE_SEARCH,
                 "recall_at_1": self.recall,
                 "recall_queries": self.recall_queries,
                 "recall_reference": "exact search" if self.index.method != "exact" else "is the reference",
@@ -237,8 +239,6 @@ class Prepared:
 def vocabulary_source(c: PerturbConfig) -> str:
     if c.vocab_file:
         return f"word list {c.vocab_file}"
-                "device": c.device,
-                "device_search": DEVICE_SEARCH,
     if c.vocab_from_corpus:
         return f"{c.vocab_size} most frequent embedded tokens of the input corpus (data-dependent, published)"
     return f"first {c.vocab_size} words of the embedding's own (frequency-ordered) vocabulary"
