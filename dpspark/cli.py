@@ -386,7 +386,8 @@ def _released(command: str, c: Any, m: dict) -> str:
         f" (partition {m['partition']})" if m.get("partition") else ""
     )
     counts = ", ".join(f"{v:,} {k}" for k, v in m["counts"].items())
-    return f"dpspark {command}: released {where}: {counts}; manifest and ledger beside it"
+    spent = "; no guarantee: this release spends an unbounded budget" if m["ledger"].get("unbounded") else ""
+    return f"dpspark {command}: released {where}: {counts}; manifest and ledger beside it{spent}"
 
 
 def _cmd_perturb(c: Any) -> int:

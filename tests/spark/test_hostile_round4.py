@@ -38,7 +38,9 @@ def test_ledger_of_three_guarantee_types_on_one_output(spark, dataset, tmp_path,
     assert main([*base, "--epsilon", "10", "--mechanism", "laplace"]) == 0
     again = [*base, "--mode", "overwrite", "--allow-rerelease"]
     assert main([*again, "--epsilon", "2", "--mechanism", "santext-plus", "--p", "0.2"]) == 0
+    assert "unbounded" not in capsys.readouterr().out
     assert main([*again, "--epsilon", "1000", "--mechanism", "truncated-gumbel"]) == 0
+    assert capsys.readouterr().out.strip().endswith("; no guarantee: this release spends an unbounded budget")
     assert snapshot(dataset) == before
 
     got = [(e["mechanism"], e["guarantee_type"], e["spent"]) for e in entries(out)]
