@@ -330,9 +330,9 @@ def release(
         nn: nearest-neighbour search, ``"exact"`` (default) or ``"annoy"`` (approximate).
         annoy_trees: annoy's number of trees.
         annoy_search_k: annoy's search_k (-1: annoy's default).
-        recall_queries: noisy queries that measure annoy's recall.
         device: where exact search runs: ``"auto"`` (the GPU Spark gave the task, or the
             executor's GPU, else the CPU), ``"cpu"`` or ``"cuda"``; the answers are the same.
+        recall_queries: noisy queries that measure annoy's recall.
         oov: out-of-vocabulary policy: ``"unk"``, ``"random"``, ``"drop"`` or ``"keep"``.
         oov_token: the placeholder of the ``unk`` policy.
         layout: ``"single"`` (tokens joined by single spaces); ``"lines"`` and ``"keep"``

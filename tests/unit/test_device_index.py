@@ -50,12 +50,14 @@ def float64_best_two(x: np.ndarray, q: np.ndarray) -> np.ndarray:
         qc = np.asarray(q[s : s + 64], dtype=np.float64)
         d = xx32 - 2 * (torch.from_numpy(qc.astype(np.float32)) @ xt.T)  # ‖x‖² − 2q·x, float32
         v, i = (t.numpy() for t in torch.topk(d, 8, dim=1, largest=False))
-        margin = 2.0**-13 * (np.sqrt((qc * qc).sum(axis=1)) + rmax) ** 2
-        for r, p in enumerate(qc):
-            lim = v[r, 1] + margin[r]
-            rows = np.sort(i[r][v[r] <= lim]) if v[r, 7] > lim else np.flatnonzero(d[r].numpy() <= lim)
-            dist = ((p - x64[rows]) ** 2).sum(axis=1)
-            out[s + r] = rows[np.lexsort((rows, dist))[:2]]
+        lim = v[:, 1] + 2.0**-13 * (np.sqrt((qc * qc).sum(axis=1)) + rmax) ** 2
+        # Rows whose 8th smallest is beyond the limit: every candidate is among the 8, ordered at once.
+        dist = np.where(v <= lim[:, None], ((qc[:, None, :] - x64[i]) ** 2).sum(axis=2), np.inf)
+        order = np.lexsort((i, dist), axis=-1)[:, :2]
+        out[s : s + len(qc)] = np.take_along_axis(i, order, axis=1)
+        for r in np.flatnonzero(v[:, 7] <= lim):  # more candidates than 8: the whole row
+            rows = np.flatnonzero(d[r].numpy() <= lim[r])
+            out[s + r] = rows[np.lexsort((rows, ((qc[r] - x64[rows]) ** 2).sum(axis=1)))[:2]]
     return out
 
 
