@@ -29,6 +29,7 @@ import dpspark
 from dpspark import report
 from dpspark.arrow import numbers
 from dpspark.config import StatsConfig
+from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
 from dpspark.errors import ConfigError
 from dpspark.neighbours import AnnoyIndex
@@ -184,7 +185,12 @@ def mechanism_fields(config: Any, emb: Embeddings, vocab_rows: np.ndarray, annoy
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
         "dimension": emb.dim,
         "vocabulary": {"size": int(len(vocab_rows)), "source": config.vocab_file or f"first {config.vocab_size}"},
-        "nearest_neighbour": {"method": config.nn, "params": annoy.params() if annoy else {}},
+        "nearest_neighbour": {
+            "method": config.nn,
+            "params": annoy.params() if annoy else {},
+            "device": config.device,
+            "device_search": DEVICE_SEARCH,
+        },
         "seeded": config.seed is not None,
     }
 
