@@ -226,3 +226,16 @@ def test_device_travels_from_the_settings_to_the_executors_index(glove, tmp_path
     auto = prepare(PerturbConfig(epsilon=10.0, vocab_size=2000), embeddings=glove)
     load_bundle(auto.write_bundle(tmp_path / "auto"), (glove.vectors, glove.word_rows))
     assert seen[-1] == "auto"
+
+
+def test_statistics_and_risk_manifests_name_the_device(glove):
+    """privacy-stats and privacy-risk write the same account of the search as perturb: method, device and
+    the certified device search."""
+    pytest.importorskip("pyspark")
+    from dpspark.config import StatsConfig
+    from dpspark.device import DEVICE_SEARCH
+    from dpspark.spark.stats import mechanism_fields
+
+    config = StatsConfig(output="unused", epsilons=[10.0], device="cuda")
+    nn = mechanism_fields(config, glove, np.arange(1000), None)["nearest_neighbour"]
+    assert nn == {"method": "exact", "params": {}, "device": "cuda", "device_search": DEVICE_SEARCH}
