@@ -9,7 +9,8 @@ off, or bf16 with float32 accumulation), then the top ``TOPK`` scores per query.
 certificate's threshold (``CertifiedIndex._least``), taken with the largest norm of the words,
 rules out every word below it; when the TOPK-th score is below it, the answer is among the top
 scores (one candidate: no re-rank at all), else every word of that query reaching it is re-ranked.
-Only the query rows, the top scores and their rows cross between host and device.
+Only the query rows, the top scores and their rows cross between host and device, once per call:
+every batch's GEMM and top-k are queued before the host reads any.
 
 ``task_device`` says where a process searches (``--device``): the GPU Spark assigned to the task
 (``TaskContext.resources()["gpu"]``), else torch's current CUDA device, else None (the numpy path,
@@ -36,7 +37,7 @@ DEVICE_SEARCH = (
     "in float64, so the answer is exactly the float64 nearest word; elsewhere the CPU search"
 )
 TOPK = 4  # scores kept per query: the answer (or the best two) and the margin that certifies it
-SCORE_BUFFER_BYTES = 2**29  # at most this much of a GPU's free memory per batch's scores (512 MiB)
+SCORE_BUFFER_BYTES = 2**30  # at most this much of a GPU's free memory per batch's scores (1 GiB)
 CPU_BATCH = 64  # queries per GEMM on the CPU: 64 × 50,000 float32 scores (13 MB; measured 4x faster than 512)
 OPEN_ROWS = 64  # uncertified queries scanned per pass (their candidates go to the float64 re-rank)
 
@@ -108,41 +109,43 @@ class DeviceIndex(CertifiedIndex):
         rmax = float(rblock.max())
         qt, qn, c_abs, eta = self._queries(q, rmax)
         top = min(TOPK, len(words))
+        # Every batch's GEMM and top scores are queued before the host reads any (one synchronisation).
+        step = self._batch(len(words))
+        tops = [torch.topk(torch.mm(qt[s : s + step], words.T), top, dim=1) for s in range(0, len(q), step)]
+        vals = torch.cat([v for v, _ in tops]).double().cpu().numpy()
+        idx = torch.cat([i for _, i in tops]).cpu().numpy()
+        del tops
         normp = np.zeros(len(words))
         normp[:n] = norm  # padding rows (never candidates) have norm 0
+        g = vals[:, 1] if two else vals[:, 0]  # two different words reach the second score
+        r_top = normp[idx[:, :2]].max(axis=1) if two else normp[idx[:, 0]]
+        a, k, alpha = self._least(g, r_top, qn, c_abs, eta, rmax)
+        limit = _down32(a - k * (alpha * rmax + self._c2 * rmax * rmax / 2))
+        passes = vals >= limit[:, None]
+        # Open rows: the last of the top scores reaches the limit, so words beyond them may too.
+        opened = np.flatnonzero(passes[:, -1] & (top < len(words)))
+        shut = np.ones(len(q), dtype=bool)
+        shut[opened] = False
         best, where = np.full((len(q), 2), np.inf), np.full((len(q), 2), -1, dtype=np.int64)
         keep = _keep_two if two else _keep_nearest
         if not two:
             best, where = best[:, 0], where[:, 0]
-        step = self._batch(len(words))
-        for s in range(0, len(q), step):
-            sc = torch.mm(qt[s : s + step], words.T)
-            v, i = torch.topk(sc, top, dim=1)
-            vals, idx = v.double().cpu().numpy(), i.cpu().numpy()
-            rows = np.arange(s, s + len(vals))
-            g = vals[:, 1] if two else vals[:, 0]  # two different words reach the second score
-            r_top = normp[idx[:, :2]].max(axis=1) if two else normp[idx[:, 0]]
-            a, k, alpha = self._least(g, r_top, qn[rows], c_abs[rows], eta[rows], rmax)
-            limit = _down32(a - k * (alpha * rmax + self._c2 * rmax * rmax / 2))
-            passes = vals >= limit[:, None]
-            shut = ~passes[:, -1] | (top == len(words))  # no word beyond the top scores reaches it
-            count = passes.sum(axis=1)
-            alone = shut & (count == 1)  # one candidate: the answer, no re-rank (query only)
-            if not two:
-                where[rows[alone]] = idx[alone, 0]
-            pick = shut & ~alone if not two else shut
-            qi, j = np.nonzero(passes & pick[:, None])
-            if len(qi):
-                keep(q, source, rows[qi], idx[qi, j], best, where)
-                self.reranked += len(qi)
-            opened = np.flatnonzero(~shut)
-            self.open_queries += len(opened)
-            lim = torch.from_numpy(limit).to(sc.device)
-            for o in range(0, len(opened), OPEN_ROWS):
-                part = torch.from_numpy(opened[o : o + OPEN_ROWS]).to(sc.device)
-                qi, pos = (t.cpu().numpy() for t in torch.nonzero(sc[part] >= lim[part, None], as_tuple=True))
-                keep(q, source, rows[opened[o : o + OPEN_ROWS]][qi], pos, best, where)
-                self.reranked += len(qi)
+            alone = shut & (passes.sum(axis=1) == 1)  # one candidate: the answer, no re-rank
+            where[alone] = idx[alone, 0]
+            shut &= ~alone
+        qi, j = np.nonzero(passes & shut[:, None])
+        if len(qi):
+            keep(q, source, qi, idx[qi, j], best, where)
+            self.reranked += len(qi)
+        # The rest: every word of the row that reaches the limit (scores computed again, a few rows at a time).
+        self.open_queries += len(opened)
+        for o in range(0, len(opened), OPEN_ROWS):
+            part = opened[o : o + OPEN_ROWS]
+            lim = torch.from_numpy(limit[part]).to(qt.device)
+            sc = torch.mm(qt[torch.from_numpy(part).to(qt.device)], words.T)
+            qi, pos = (t.cpu().numpy() for t in torch.nonzero(sc >= lim[:, None], as_tuple=True))
+            keep(q, source, part[qi], pos, best, where)
+            self.reranked += len(qi)
         if (where < 0).any():  # never, by the certificate: the best (two) words pass
             raise RuntimeError("certified device search lost a candidate")
         return where
