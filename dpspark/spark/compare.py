@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -62,7 +63,7 @@ from dpspark.progress import Progress, describe
 from dpspark.rng import derive_key, derived_generator, new_job_key
 from dpspark.spark import io, resources
 from dpspark.spark.reports import ReportOutput
-from dpspark.spark.transform import count_columns, map_in_arrow, perturb
+from dpspark.spark.transform import count_columns, map_in_arrow, perturb, token_counts
 from dpspark.spark.utility import (
     TEXT,
     Model,
@@ -206,7 +207,7 @@ class Comparison:
                     run_id = io.new_run_id()
                     data = self.test if testing else self.train
                     noisy = perturb(data, bundle, key, [TEXT], testing, run_id).drop(*count_columns(run_id))
-                    noisy = noisy.persist()
+                    noisy = noisy.persist(StorageLevel.MEMORY_ONLY)  # it holds the raw text: never on disk
                     try:
                         if testing:
                             scores[mode].append(self.model.score(self.fitted_plain, noisy.drop(ORIGINAL), bundle))
@@ -648,7 +649,6 @@ class Comparison:
         privacy-risk counts them) recovered by guessing the most frequent word(s) whatever the output.
         Sets ``examples`` (rows of the test split for the report) and ``rare`` (LOW's least-occurring
         words of the test split): raw text, kept out of the manifest."""
-        from dpspark.spark.risk import token_counts
 
         c = self.config
         n_train, n_test = self.train.count(), self.test.count()

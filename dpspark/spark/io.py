@@ -279,8 +279,14 @@ ROWS_WORTH_A_CORE = 10_000  # rows below which a core of its own is not worth a 
 
 
 def encrypts_local_io(spark: SparkSession) -> bool:
-    """Whether the session encrypts what it writes to local disk (shuffle and spill files)."""
-    return spark.sparkContext.getConf().get("spark.io.encryption.enabled", "false").lower() == "true"
+    """Whether the session encrypts what it writes to local disk (shuffle and spill files); False where
+    it cannot be told (a Spark Connect client that does not show the setting)."""
+    key = "spark.io.encryption.enabled"
+    try:
+        value = spark.conf.get(key, "false") if is_connect(spark) else spark.sparkContext.getConf().get(key, "false")
+    except Exception:  # noqa: BLE001 - a server that does not show it: taken as not encrypted
+        return False
+    return str(value).lower() == "true"
 
 
 def spread_tasks(fs: FileSystem, files: list[str], cores: int) -> int | None:

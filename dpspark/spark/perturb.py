@@ -11,10 +11,8 @@ from __future__ import annotations
 import shutil
 import uuid
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -25,7 +23,7 @@ from dpspark.prepare import Prepared, prepare, vocabulary_rows
 from dpspark.rng import new_job_key
 from dpspark.spark import resources
 from dpspark.spark.release import check_stream, run_release
-from dpspark.spark.transform import count_columns, map_in_arrow, perturb, quote
+from dpspark.spark.transform import count_columns, perturb, quote, token_counts
 from dpspark.text import COUNT_NAMES
 
 # PerturbConfig fields that only a written release uses: perturb_text refuses them (dpspark.release takes them).
@@ -56,32 +54,18 @@ def check_columns(df: DataFrame, config: PerturbConfig, hidden: list[str] | None
         )
 
 
-def token_counts(df: DataFrame, columns: list[str]) -> DataFrame:
-    """(token, count) of every token of the corpus's ``columns``, tokenized as perturb reads them (a Spark job)."""
-    from dpspark.arrow import strings
-    from dpspark.text import decode_strings, tokenize
-
-    def tokens(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            toks = [t for col in columns for s in decode_strings(b.column(col))[0] if s for t in tokenize(s)[0]]
-            yield pa.RecordBatch.from_pydict({"token": strings(toks)})
-
-    selected = df.select(*[F.col(quote(c)) for c in columns])
-    return map_in_arrow(selected, tokens, [T.StructField("token", T.StringType())]).groupBy("token").count()
-
-
 def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedded: dict[str, int]) -> list[str]:
     """The ``size`` most frequent embedded tokens of the corpus: data-dependent, published by the output."""
-    ranked = token_counts(df, columns).orderBy(F.desc("count"), F.asc("token")).limit(size * 4).collect()
-    return [r["token"] for r in ranked if r["token"] in embedded][:size]
+    counts = token_counts(df, *columns)
+    ranked = sorted((t for t in counts if t in embedded), key=lambda t: (-counts[t], t))
+    return ranked[:size]
 
 
-def counts_in_corpus(spark: SparkSession, df: DataFrame, columns: list[str], words: list[str]) -> dict[str, int]:
-    """The corpus's count of each of ``words`` it holds (SanText+'s ``sensitive_from_corpus``): counted on Spark,
-    joined with the words there, so only their counts reach the driver."""
-    wanted = spark.createDataFrame([(w,) for w in words], T.StructType([T.StructField("token", T.StringType())]))
-    rows = token_counts(df, columns).join(F.broadcast(wanted), "token").collect()
-    return {r["token"]: int(r["count"]) for r in rows}
+def counts_in_corpus(df: DataFrame, columns: list[str], words: list[str]) -> dict[str, int]:
+    """The corpus's count of each of ``words`` it holds (SanText+'s ``sensitive_from_corpus``), kept on the
+    driver."""
+    counts = token_counts(df, *columns)
+    return {w: counts[w] for w in words if w in counts}
 
 
 def opt_in_warnings(config: PerturbConfig) -> None:
@@ -187,7 +171,7 @@ class PerturbJob:
                 counts = None
                 if from_corpus:  # the vocabulary's counts in the input, for SanText+'s protected set
                     vocabulary = [emb.words[r] for r in vocabulary_rows(c, emb, words)]
-                    counts = counts_in_corpus(spark, df, list(c.columns), vocabulary)
+                    counts = counts_in_corpus(df, list(c.columns), vocabulary)
                 self.prepared = prepare(c, embeddings=emb, workdir=workdir, vocab_words=words, corpus_counts=counts)
             else:
                 self.prepared = prepare(c, workdir=workdir)

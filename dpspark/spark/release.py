@@ -34,6 +34,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.observation import Observation
@@ -291,7 +292,8 @@ def _write(
     # counts are a second action over it (a recomputed partition redraws the same noise: the
     # noise is keyed by job key, partition and batch).
     observation = Observation(f"dpspark_{run_id}") if _observable(spark) else None
-    observed = out.observe(observation, *columns) if observation else out.persist()
+    # MEMORY_ONLY: the output may carry the raw text (keep_original), and spilled blocks are plain on disk
+    observed = out.observe(observation, *columns) if observation else out.persist(StorageLevel.MEMORY_ONLY)
     hidden = [n for n in count_columns(run_id) if n in observed.columns]
     final = observed.drop(*hidden) if hidden else observed
     writer = final.write.mode("error")

@@ -44,7 +44,6 @@ from pyspark.sql import types as T
 
 import dpspark
 from dpspark import report, risk
-from dpspark.arrow import strings
 from dpspark.config import RiskConfig
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.prepare import prepare_grid, read_word_list
@@ -53,7 +52,7 @@ from dpspark.spark import io, resources, stats
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.stats import mechanism_fields
-from dpspark.spark.transform import map_in_arrow, quote
+from dpspark.spark.transform import map_in_arrow, quote, token_counts
 from dpspark.stats import WorkItem, plan
 from dpspark.text import decode_strings, tokenize
 
@@ -76,19 +75,6 @@ def check_text_column(df: DataFrame, column: str) -> None:
             f"text column {column!r} has type {fields[column].simpleString()}, expected string: cast it, or name the "
             "text column with --text-column"
         )
-
-
-def token_counts(df: DataFrame, column: str) -> dict[str, int]:
-    """Token → number of occurrences in ``column`` (dpspark's tokenizer), counted on the executors."""
-
-    def tokens(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            toks = [t for s in decode_strings(b.column(0))[0] if s for t in tokenize(s)[0]]
-            yield pa.RecordBatch.from_pydict({"token": strings(toks)})
-
-    counted = map_in_arrow(df.select(F.col(quote(column))), tokens, [T.StructField("token", T.StringType())])
-    counted = counted.groupBy("token").count()
-    return {r["token"]: int(r["count"]) for r in counted.collect()}
 
 
 def _cores(spark: SparkSession) -> int:

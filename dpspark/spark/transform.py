@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dpspark.arrow import numbers, numpy_dtype, to_numpy
@@ -52,6 +53,39 @@ def map_in_arrow(df: DataFrame, fn, fields: list[T.StructField]) -> DataFrame:  
 
     schema = T.StructType([T.StructField(s, f.dataType, f.nullable) for s, f in zip(out_safe, fields)])
     return df.toDF(*safe).mapInArrow(run, schema).toDF(*out_names)
+
+
+def token_counts(df: DataFrame, *columns: str) -> dict[str, int]:
+    """Token → number of occurrences in ``columns`` (dpspark's tokenizer), counted on the executors.
+
+    Each task counts its own partition. The partial counts of raw tokens are summed by a shuffle only
+    where the session encrypts what it writes to local disk (``spark.io.encryption.enabled``, set in
+    every session dpspark starts); in a session that does not (a notebook's, spark-submit's), they
+    reach the driver as task results and are summed there: no raw token is shuffled to
+    ``spark.local.dir`` in plain text (docs/shuffles.md).
+    """
+    from collections import Counter
+
+    from dpspark.arrow import strings
+    from dpspark.spark.io import encrypts_local_io
+
+    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        counts: Counter[str] = Counter()
+        for b in batches:
+            for col in columns:
+                counts.update(t for s in decode_strings(b.column(col))[0] if s for t in tokenize(s)[0])
+        yield pa.RecordBatch.from_pydict(
+            {"token": strings(list(counts)), "count": pa.array(list(counts.values()), pa.int64())}
+        )
+
+    fields = [T.StructField("token", T.StringType()), T.StructField("count", T.LongType())]
+    counted = map_in_arrow(df.select(*[F.col(quote(c)) for c in columns]), count, fields)
+    if encrypts_local_io(df.sparkSession):
+        counted = counted.groupBy("token").agg(F.sum("count").alias("count"))
+    total: Counter[str] = Counter()
+    for token, n in counted.collect():
+        total[token] += int(n)
+    return dict(total)
 
 
 def count_columns(run_id: str) -> list[str]:
