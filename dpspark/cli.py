@@ -18,6 +18,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import sys
 import types
 import typing
@@ -501,6 +502,9 @@ def _cmd_evaluation(command: str, c: Any) -> int:
     return (embedding_report if command == "embedding-report" else privemb_eval).run(c.copy(update={"quiet": False}))
 
 
+DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device": the text of Java's and Python's errors
+
+
 def explain_failure(command: str, exc: Exception) -> int | None:
     """Print the one-sentence error of a failure the command explains and return its exit code;
     None for an unexpected failure (the caller re-raises it: exit 1 with a traceback)."""
@@ -511,6 +515,8 @@ def explain_failure(command: str, exc: Exception) -> int | None:
     elif isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         where = f" holding {exc.filename}" if exc.filename else ""
         message, code = f"the disk{where} is full: free space or choose another --output", OutputError.exit_code
+    elif DISK_FULL in str(exc):  # Spark's failure of a task, or of the driver's JVM, on a full disk
+        message, code = "a disk is full: free space or choose another --output", OutputError.exit_code
     elif isinstance(exc, ModuleNotFoundError) and exc.name in ("pyspark", "pandas"):
         message = (
             f"{command} runs on Spark and needs {exc.name}: pip install 'dpspark[spark]' "

@@ -149,9 +149,24 @@ def cache_dir(config: Any) -> Path:
     """Where costly public arrays (``Space.artefact(..., store=True)``) are kept between runs: the shared
     embeddings directory when the run names one, else $DPSPARK_CACHE_DIR or ~/.cache/dpspark."""
     shared = getattr(config, "embeddings_dir", None)
-    if shared:
-        return Path(shared)
-    return Path(os.environ.get("DPSPARK_CACHE_DIR") or Path.home() / ".cache" / "dpspark")
+    path = Path(shared or os.environ.get("DPSPARK_CACHE_DIR") or Path.home() / ".cache" / "dpspark")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(
+            f"{cache_name(config)} {path} is a file, not a directory: remove it or name a directory "
+            + ("(--embeddings-dir)" if shared else "($DPSPARK_CACHE_DIR)")
+        )
+    return path
+
+
+def cache_name(config: Any) -> str:
+    """What ``cache_dir(config)`` is, for messages."""
+    return "the embeddings directory" if getattr(config, "embeddings_dir", None) else "the artefact cache"
+
+
+def local_writes(config: Any) -> dict[str, Path]:
+    """The directories besides the output that a run may write (the embedding store and the artefact
+    cache, one directory): the overlap checks keep them out of the inputs."""
+    return {cache_name(config): cache_dir(config)}
 
 
 def noise_lambdas(spec: MechanismSpec) -> set[float]:

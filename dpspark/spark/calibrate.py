@@ -128,7 +128,7 @@ def run_calibrate(config: CalibrateConfig, spark: SparkSession | None = None) ->
         stats_dir = config.output
     if config.joint and not computed:
         sources = [s for s in (stats_dir, config.utility, config.risk) if s]
-        out = ReportOutput(spark, None, config.output, config.mode, "calibration", sources)
+        out = ReportOutput(spark, None, config.output, config.mode, "calibration", sources, "calibrate")
     else:
         out = ReportOutput.beside(spark, stats_dir, "calibration", FILES, STATS_FIX)
     with out:

@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -41,6 +42,7 @@ LOCK_PREFIX = "_dpspark_lock_"
 STALE_AFTER_S = 24 * 3600  # a temporary of another host (or an unknown owner) older than this is stale
 LOCK_STALE_S = 6 * 3600  # a lock of another host older than this is stale (a commit takes seconds to minutes)
 LOCK_WAIT_S = 900.0  # how long a commit waits for another run's commit to finish
+RELEASE_COMMANDS = ("perturb", "release-vectors")  # the commands whose outputs are releases (with a ledger)
 
 
 def describe_spark_error(exc: BaseException, path: str) -> InputDataError | None:
@@ -60,8 +62,16 @@ def describe_spark_error(exc: BaseException, path: str) -> InputDataError | None
 class Paths:
     """The resolved input and output of a release, checked before any work."""
 
-    def __init__(self, fs: FileSystem, input: str | None, output: str, sources: list[str] | None = None) -> None:  # noqa: A002
+    def __init__(
+        self,
+        fs: FileSystem,
+        input: str | None,  # noqa: A002
+        output: str,
+        sources: list[str] | None = None,
+        command: str | None = None,
+    ) -> None:
         self.fs = fs
+        self.command = command  # the command that writes the output: it may replace only its own kind
         self.output_given = output
         self.output = resolve_output(fs, output)
         self.input_given = input
@@ -91,6 +101,20 @@ class Paths:
             self.fs, posixpath.join(self.parent, f"{LOCK_PREFIX}{self.name}"), run_id, f"output {self.output_given}"
         )
 
+    def kind(self, path: str | None = None) -> str:
+        """What the dpspark output at ``path`` (default: the output) is: "release" when it holds a ledger,
+        else the command its manifest names (a report)."""
+        root = path or self.output
+        if self.fs.exists(f"{root}/{ledger.LEDGER_DIR}"):
+            return "release"
+        try:
+            manifest = json.loads(self.fs.read_text(f"{root}/{MANIFEST}"))
+        except Exception:  # noqa: BLE001 - unreadable: not a report this command may replace
+            return "damaged output"
+        if not isinstance(manifest, dict):
+            return "damaged output"
+        return "release" if "ledger" in manifest else str(manifest.get("command", "unknown report"))
+
     def is_release(self, path: str | None = None) -> bool:
         """True when ``path`` (default: the output) is an earlier dpspark output (manifest or ledger)."""
         root = path or self.output
@@ -113,6 +137,15 @@ class Paths:
                     f"output {self.output_given} exists and is not a dpspark release (no {MANIFEST}): dpspark "
                     "replaces only its own earlier outputs; choose a new --output"
                 )
+            found, own = self.kind(), ("release" if self.command in RELEASE_COMMANDS else self.command)
+            if self.command is not None and found != own:
+                raise OutputError(
+                    f"output {self.output_given} holds a "
+                    + ("release, its data and its ε ledger" if found == "release" else f"{found} report")
+                    + f", which {self.command} may not replace (a command replaces only its own kind of output): "
+                    "choose another --output"
+                )
+        self.lock("check").check()
         try:
             fs.check_writable(out)
         except OSError as exc:
@@ -155,6 +188,19 @@ def input_roots(fs: FileSystem, input: str | None, sources: list[str] | None) ->
     return roots
 
 
+def check_writes(fs: FileSystem, inputs: list[str], writes: dict[str, Any]) -> None:
+    """Refuse a directory dpspark writes besides the output (``writes``: what it is → its local path: the
+    embedding store, the artefact cache) that is, or lies inside, one of the resolved ``inputs``."""
+    for what, path in writes.items():
+        where = fs.resolve(Path(path).resolve().as_uri())
+        for i in inputs:
+            if FileSystem.inside(where, i):
+                raise ConfigError(
+                    f"{what} {path} lies inside the input {i}: dpspark would write into the raw data; choose a "
+                    "directory outside it"
+                )
+
+
 def resolve_output(fs: FileSystem, output: str) -> str:
     """The resolved output, or a ConfigError for a path no file system of the session can take
     (an unknown scheme, a host the local file system does not serve, a dangling symbolic link)."""
@@ -189,10 +235,19 @@ class Lock:
         self.fs, self.path, self.what = fs, path, what
         self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": run_id}
 
+    def check(self) -> None:
+        """Refuse at once a lock that no release can ever release: a directory where the lock file goes."""
+        if self.fs.is_dir(self.path):
+            raise OutputError(
+                f"the commit lock of {self.what}, {self.path}, is a directory, which no release removes (an output "
+                f"must not be named {LOCK_PREFIX}...): move it away and run again"
+            )
+
     def __enter__(self) -> Lock:
         data = json.dumps({**self.owner, "since": time.time()}).encode()
         deadline, pause = time.monotonic() + LOCK_WAIT_S, 0.05
         while not self.fs.create_exclusive(self.path, data):
+            self.check()
             holder = self._holder()
             if holder is not None and self._stale(holder):
                 self.fs.remove(self.path)

@@ -5,7 +5,7 @@ the input. ``DataFrame.inputFiles()`` cannot give them: it reads the *optimized*
 which Spark's cache manager has already put the cached data in place of the relation, so
 once any cell ran ``spark.read.parquet(p).cache()`` (or ``CACHE TABLE``), even a fresh read
 of ``p`` lists no files. The *analyzed* plan still holds the relations themselves, so its
-leaves are read here:
+leaves, and the leaves of every subquery in it, are read here:
 
 - a file relation (``LogicalRelation`` over a ``HadoopFsRelation``): its root paths, and its
   catalog table when it was read as one;
@@ -51,10 +51,22 @@ def _seq(seq) -> list:  # noqa: ANN001 - a Scala Seq through py4j
     return [seq.apply(i) for i in range(seq.size())]
 
 
+def _leaves(plan) -> list:  # noqa: ANN001 - a LogicalPlan through py4j
+    """The leaves of ``plan`` and of every subquery in it (``IN``, ``EXISTS``, scalar, correlated, in any
+    clause): ``collectLeaves`` alone stops at the expressions that hold a subquery's plan."""
+    found, todo = [], [plan]
+    while todo:
+        node = todo.pop()
+        children = _seq(node.children())
+        todo += children + _seq(node.subqueries())
+        if not children:
+            found.append(node)
+    return found
+
+
 def _classic_sources(df: DataFrame) -> Sources:
     found = Sources()
-    leaves = _seq(df._jdf.queryExecution().analyzed().collectLeaves())
-    for leaf in leaves:
+    for leaf in _leaves(df._jdf.queryExecution().analyzed()):
         kind = leaf.getClass().getSimpleName()
         if kind in ("LogicalRelation", "LogicalRelationWithTable"):
             table = leaf.catalogTable()

@@ -44,6 +44,7 @@ from dpspark import ledger
 from dpspark.config import ReleaseSettings
 from dpspark.errors import ConfigError, DPSparkError, DPSparkWarning, InputDataError, ReleaseRefusedError
 from dpspark.outputs import to_json
+from dpspark.prepare import local_writes
 from dpspark.spark import io, lineage, tables
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import get_session, is_connect
@@ -128,12 +129,13 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             traced.tables if traced is not None else [],
         )
     else:
-        target = io.Paths(fs, c.input, c.output, sources)
+        target = io.Paths(fs, c.input, c.output, sources, command=job.command)
     table_out = isinstance(target, tables.TableOutput)
     root = target.inputs[0] if target.inputs else None  # the resolved --input, when given
     if spec is not None and c.input:
         spec, found = io.record_spec(fs, root, spec)
     target.check_overlap()
+    io.check_writes(fs, target.inputs, local_writes(c))
     existed = target.check_output(c.mode, partitioned=spec is not None)
 
     # 2. ledger (checked again, under the output's lock, when the release commits)

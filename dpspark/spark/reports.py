@@ -55,11 +55,14 @@ class ReportOutput:
         mode: str,
         what: str,
         sources: list[str] | None = None,
+        command: str | None = None,
+        writes: dict[str, Any] | None = None,
     ) -> None:
         if not output:
             raise ConfigError(f"output: give the directory for the {what} (--output DIR)")
-        self._start(spark, input_path, output, sources, what)
+        self._start(spark, input_path, output, sources, what, command)
         self.paths.check_overlap()
+        io.check_writes(self.fs, self.paths.inputs, writes or {})
         self.existed = self.paths.check_output(mode, partitioned=False)
         self.paths.remove_stale()
         self.stage: str | None = self.paths.stage_name(self.run_id)
@@ -103,10 +106,16 @@ class ReportOutput:
         return self._joined is None
 
     def _start(
-        self, spark: SparkSession, input_path: str | None, output: str, sources: list[str] | None, what: str
+        self,
+        spark: SparkSession,
+        input_path: str | None,
+        output: str,
+        sources: list[str] | None,
+        what: str,
+        command: str | None = None,
     ) -> None:
         self.fs = FileSystem(spark)
-        self.paths = io.Paths(self.fs, input_path, output, sources)
+        self.paths = io.Paths(self.fs, input_path, output, sources, command)
         self.run_id = io.new_run_id()
         self.what = what
         self._joined: str | None = None  # beside an output: its manifest as read at the start

@@ -46,7 +46,7 @@ import dpspark
 from dpspark import report, risk
 from dpspark.config import RiskConfig
 from dpspark.errors import ConfigError, InputDataError
-from dpspark.prepare import prepare_grid, read_word_list
+from dpspark.prepare import local_writes, prepare_grid, read_word_list
 from dpspark.rng import batch_generator, derive_key, new_job_key
 from dpspark.spark import io, resources, stats
 from dpspark.spark.reports import ReportOutput
@@ -382,7 +382,15 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
     if df is None and not config.input:
         raise ConfigError("input: give the corpus (--input PATH)")
     spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
-    with ReportOutput(spark, config.input, config.output, config.mode, "risk estimate") as out:
+    with ReportOutput(
+        spark,
+        config.input,
+        config.output,
+        config.mode,
+        "risk estimate",
+        command="privacy-risk",
+        writes=local_writes(config),
+    ) as out:
         t0 = time.perf_counter()
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)

@@ -33,7 +33,7 @@ from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
 from dpspark.errors import ConfigError
 from dpspark.neighbours import AnnoyIndex
-from dpspark.prepare import Grid, prepare_grid, read_word_list
+from dpspark.prepare import Grid, local_writes, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe, watching
 from dpspark.rng import new_job_key
 from dpspark.spark import resources
@@ -243,7 +243,15 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
     if not config.output:
         raise ConfigError("output: give the directory for the statistics (--output DIR)")
     spark = spark or get_session(config.master, remote=config.remote)
-    with ReportOutput(spark, config.corpus, config.output, config.mode, "statistics") as out:
+    with ReportOutput(
+        spark,
+        config.corpus,
+        config.output,
+        config.mode,
+        "statistics",
+        command="privacy-stats",
+        writes=local_writes(config),
+    ) as out:
         return _run(config, spark, out, started)
 
 

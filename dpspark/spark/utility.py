@@ -58,7 +58,7 @@ from dpspark.config import EvaluateUtilityConfig, PerturbConfig
 from dpspark.embeddings import Embeddings
 from dpspark.errors import InputDataError
 from dpspark.mechanisms import MechanismSpec
-from dpspark.prepare import Prepared, prepare, prepare_grid
+from dpspark.prepare import Prepared, local_writes, prepare, prepare_grid
 from dpspark.progress import Progress, describe
 from dpspark.rng import derive_key, new_job_key
 from dpspark.spark import io, lineage, resources
@@ -342,7 +342,9 @@ def run_labelled(
     spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
     check_mllib(spark, command)
     files = lineage.sources(df).paths if df is not None else None
-    with ReportOutput(spark, config.input, config.output, config.write_mode, what, files) as out:
+    with ReportOutput(
+        spark, config.input, config.output, config.write_mode, what, files, command, local_writes(config)
+    ) as out:
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_input(df, config)
