@@ -117,7 +117,23 @@ def store_embedding(embeddings: Embeddings, shared_dir: str | Path) -> tuple[Pat
             if not (store / "words.arrow").exists():  # else: a concurrent run stored it first
                 raise EmbeddingError(f"cannot store the embedding in {shared_dir}: {e}") from e
         shutil.rmtree(tmp, ignore_errors=True)
+    _check_store(store, embeddings)
     return store, sha256_of(store / "vectors.npy", store / "words.arrow")
+
+
+def _check_store(store: Path, embeddings: Embeddings) -> None:
+    """Refuse a stored embedding whose files do not hold ``embeddings`` (changed or damaged on the shared
+    volume): executors would otherwise use it as the driver's."""
+    try:
+        vectors, words = _read_embedding(store)
+        same = np.array_equal(vectors, embeddings.vectors) and words.array.to_pylist() == list(embeddings.words)
+    except (OSError, ValueError, pa.ArrowException):
+        same = False
+    if not same:
+        raise EmbeddingError(
+            f"the stored embedding {store} does not hold the embedding {embeddings.name} it is named after (changed "
+            "or damaged): remove that directory, and dpspark stores it again"
+        )
 
 
 def save_bundle(

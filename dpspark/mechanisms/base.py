@@ -62,6 +62,39 @@ def show(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
+def _artefact_digest(source: str, path: Path) -> str:
+    """The digest a cached artefact carries: of what it was computed from and of its own bytes."""
+    digest = hashlib.sha256(source.encode())
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _load_verified(path: Path, source: str) -> np.ndarray | None:
+    """The cached artefact at ``path`` when its bytes match the digest beside it, else None (missing,
+    changed, damaged, or not an array: the caller computes it again)."""
+    try:
+        if _digest_path(path).read_text(encoding="ascii").strip() != _artefact_digest(source, path):
+            return None
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
 class Space:
     """The public inputs of every mechanism of one run (no text, no key).
 
@@ -205,23 +238,33 @@ class Space:
         φ(W) (content-addressed: another vocabulary or embedding never finds it), written to a
         temporary name and renamed, as the shared embedding store is. A stored array's name carries
         its algorithm's version (``.../v1``): a changed algorithm takes a new name, never an old array.
+        Beside it, a digest of what it was computed from and of its own bytes (``.sha256``) is checked
+        on load: a changed, damaged or unreadable file is computed again (and said, in one line).
         """
         if name in self._artefacts:
             return self._artefacts[name]
-        path = None
+        path = source = None
         if store and self.cache_dir is not None:
             digest = hashlib.sha256(name.encode())
             digest.update(np.ascontiguousarray(self.vectors[self.vocab_rows]).tobytes())
-            path = self.cache_dir / f"dpspark-artefact-{digest.hexdigest()}.npy"
-            if path.is_file():
-                self._artefacts[name] = np.load(path, mmap_mode="r")
-                return self._artefacts[name]
+            source = digest.hexdigest()  # what the array is computed from
+            path = self.cache_dir / f"dpspark-artefact-{source}.npy"
+            kept = _load_verified(path, source)
+            if kept is not None:
+                self._artefacts[name] = kept
+                return kept
+            if path.exists():
+                log.warning(
+                    "the cached %s in %s does not match its digest (changed or damaged): computed again", name, path
+                )
         value = np.asarray(compute())
         if path is not None:
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp.npy")
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             try:
                 self.cache_dir.mkdir(parents=True, exist_ok=True)
-                np.save(tmp, value)
+                with open(tmp, "wb") as f:
+                    np.save(f, value)
+                _write_atomic(_digest_path(path), _artefact_digest(source, tmp).encode())
                 os.replace(tmp, path)
             except OSError as exc:  # a read-only cache only costs the next run the same work
                 log.warning("cannot keep %s in %s (%s): it will be computed again next run", name, self.cache_dir, exc)

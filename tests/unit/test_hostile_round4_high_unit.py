@@ -1,0 +1,125 @@
+"""Hostile and careless use, round 4 (issue 30), the parts that need no JVM: cached artefacts carry a
+digest of what they were computed from and of their own bytes (defects 5 and 12), the shared embedding
+store is checked against the embedding (5), a cache directory that is a file is refused in one line
+(12), and a full disk reported by Spark is exit 5 in one line (10)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from dpspark.bundle import save_bundle, store_embedding
+from dpspark.cli import explain_failure
+from dpspark.errors import ConfigError, EmbeddingError
+from dpspark.mechanisms import Space, parse
+from dpspark.prepare import cache_dir
+
+V = 2000
+
+
+def _cached(directory):
+    return sorted(directory.glob("dpspark-artefact-*.npy"))
+
+
+@pytest.fixture
+def custext_cache(glove, tmp_path):
+    """CusText+'s groups (K = 20) computed once and kept in a cache directory: (spec, groups, cache file)."""
+    spec = parse({"name": "custext-plus", "epsilon": 5, "top_k": 20})
+    groups = np.array(spec.groups(Space(glove.vectors, np.arange(V), cache_dir=tmp_path, words=glove.word_rows)))
+    (path,) = _cached(tmp_path)
+    return spec, groups, path
+
+
+def test_a_replaced_custext_group_table_is_computed_again(glove, tmp_path, custext_cache, caplog):
+    """Defect 5: one group per word (a well-formed array of the right shape) in place of the cached table
+    made every vocabulary word its own output. Its bytes no longer match the digest beside it: the groups
+    are computed again (and said in one line), the cache is repaired, and a third run reads it."""
+    spec, groups, path = custext_cache
+    forged = np.arange(groups.size, dtype=groups.dtype).reshape(groups.shape)
+    assert not np.array_equal(forged, groups)
+    np.save(path, forged)
+    with caplog.at_level(logging.WARNING, logger="dpspark"):
+        again = spec.groups(Space(glove.vectors, np.arange(V), cache_dir=tmp_path, words=glove.word_rows))
+    np.testing.assert_array_equal(again, groups)
+    said = [r.getMessage() for r in caplog.records if "does not match its digest" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0]
+    np.testing.assert_array_equal(np.load(path), groups)  # repaired on disk
+    # Without the words the groups cannot be computed: the third space can only have read the repaired file.
+    np.testing.assert_array_equal(spec.groups(Space(glove.vectors, np.arange(V), cache_dir=tmp_path)), groups)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: p.write_bytes(b"not an array at all"),  # corrupt
+        lambda p: p.write_bytes(p.read_bytes()[:100]),  # truncated
+        lambda p: np.save(p, np.zeros((3, 2))),  # wrong shape
+        lambda p: p.with_name(p.name + ".sha256").unlink(),  # its digest lost
+    ],
+    ids=["corrupt", "truncated", "wrong-shape", "no-digest"],
+)
+def test_a_damaged_cache_file_is_computed_again_and_poisons_no_later_run(glove, tmp_path, custext_cache, damage):
+    """Defect 12: a corrupt or wrong-shape cache file gave a traceback in every later run until someone
+    deleted it by hand. Now it is computed again and rewritten: the next run reads a sound file."""
+    spec, groups, path = custext_cache
+    damage(path)
+    again = spec.groups(Space(glove.vectors, np.arange(V), cache_dir=tmp_path, words=glove.word_rows))
+    np.testing.assert_array_equal(again, groups)
+    np.testing.assert_array_equal(spec.groups(Space(glove.vectors, np.arange(V), cache_dir=tmp_path)), groups)
+    assert _cached(tmp_path) == [path]
+
+
+def test_a_cache_directory_that_is_a_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    """Defect 12: a cache directory that is a file; both ways of naming it ($DPSPARK_CACHE_DIR, --embeddings-dir)."""
+
+    class Run:
+        embeddings_dir = None
+
+    blocker = tmp_path / "cache"
+    blocker.write_bytes(b"a file")
+    monkeypatch.setenv("DPSPARK_CACHE_DIR", str(blocker))
+    with pytest.raises(ConfigError) as refused:
+        cache_dir(Run())
+    assert str(refused.value) == (
+        f"the artefact cache {blocker} is a file, not a directory: remove it or name a directory ($DPSPARK_CACHE_DIR)"
+    )
+    Run.embeddings_dir = str(blocker)
+    with pytest.raises(ConfigError, match=r"the embeddings directory .* is a file.*\(--embeddings-dir\)$"):
+        cache_dir(Run())
+    assert blocker.read_bytes() == b"a file"
+
+
+def test_a_changed_shared_embedding_store_is_refused(glove, tmp_path):
+    """Defect 5: --embeddings-dir is a shared volume; a store whose vectors another user changed was
+    trusted (executors check the files against the digest the driver took of those same files)."""
+    from dpspark.embeddings import Embeddings
+
+    emb = Embeddings(list(glove.words[:3000]), np.array(glove.vectors[:3000]), "/data/my-vectors.txt", "ab" * 32)
+    store, _ = store_embedding(emb, tmp_path)
+    vectors = np.load(store / "vectors.npy")
+    vectors[0] = vectors[1]  # "the" now sits where "," does
+    np.save(store / "vectors.npy", vectors)
+    before = (store / "vectors.npy").read_bytes()
+    with pytest.raises(EmbeddingError) as refused:
+        save_bundle(tmp_path / "b", emb, {"settings": []}, np.arange(3000), embeddings_dir=str(tmp_path))
+    assert str(refused.value) == (
+        f"the stored embedding {store} does not hold the embedding /data/my-vectors.txt it is named after (changed "
+        "or damaged): remove that directory, and dpspark stores it again"
+    )
+    assert (store / "vectors.npy").read_bytes() == before
+
+
+def test_a_full_disk_reported_by_spark_is_exit_5_in_one_line(capsys):
+    """Defect 10: Spark reports a full disk as its own exception types (a failed job, a Java IOException),
+    not as Python's OSError: it was exit 1 with a traceback."""
+    failure = RuntimeError(
+        "An error occurred while calling o123.parquet.\n: org.apache.spark.SparkException: Job aborted due to "
+        f"stage failure: java.io.IOException: {os.strerror(errno.ENOSPC)}\n\tat java.io.FileOutputStream.writeBytes"
+    )
+    assert explain_failure("perturb", failure) == 5
+    err = capsys.readouterr().err
+    assert err == "dpspark perturb: error: a disk is full: free space or choose another --output\n"
