@@ -4,6 +4,7 @@
 # no Java, no network: nothing is installed; dpspark comes from the working tree):
 #
 #     python bench/bench_gpu.py --export-embeddings bench/.data/glove-400k-50d-f16.npy   # here, once
+#     cp ../shared/bench/gpu_anchor.py bench/.data/                                       # here, once
 #     bash bench/gpu_device_run.sh                                                        # there
 #
 # 1. what the machine has (pyarrow and pydantic decide bench_gpu.py's levels);
@@ -11,7 +12,7 @@
 # 3. the conformance suite's noise family on the torch backend with DPSPARK_TEST_DEVICE=cuda, where
 #    pytest, scipy, pyarrow, pydantic, yaml and the default embeddings are installed;
 # 4. bench_gpu.py at 50,000 and 400,000 words, the numpy CPU path on one core beside it;
-# 5. ../shared/bench/gpu_anchor.py (plain PyTorch, the baseline) on the same GPU.
+# 5. gpu_anchor.py (plain PyTorch, the baseline; from ../shared/bench or bench/.data) on the same GPU.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -47,11 +48,11 @@ timeout 190 $PY bench/bench_gpu.py --device cuda --seconds 1.5 "${EMB[@]}" || { 
 
 echo "== 5. plain PyTorch baseline (gpu_anchor.py)"
 ANCHOR=""
-for f in ../shared/bench/gpu_anchor.py shared/bench/gpu_anchor.py; do [ -f "$f" ] && ANCHOR=$f && break; done
+for f in ../shared/bench/gpu_anchor.py shared/bench/gpu_anchor.py bench/.data/gpu_anchor.py; do [ -f "$f" ] && ANCHOR=$f && break; done
 if [ -n "$ANCHOR" ]; then
   if [ -f "$DATA" ]; then export GLOVE_NPY=$DATA; fi
   timeout 75 $PY "$ANCHOR" || echo "gpu_anchor.py: stopped ($?)"
 else
-  echo "skipped: gpu_anchor.py not found (../shared/bench or shared/bench)"
+  echo "skipped: gpu_anchor.py not found (../shared/bench, shared/bench or bench/.data)"
 fi
 exit $status
