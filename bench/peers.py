@@ -95,8 +95,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-HERE = os.environ.get("DPSPARK_BENCH_CACHE", "/tmp/dpspark-bench")
-os.makedirs(HERE, exist_ok=True)
+HERE = os.environ.get("DPSPARK_BENCH_CACHE", "/tmp/dpspark-bench")  # the GloVe text files, kept between runs
 
 
 def load_glove(vocab_size):
@@ -243,6 +242,7 @@ def measure(a, cache=HERE):
         raise SystemExit(f"{a.package} has no {a.mechanism} mechanism")
 
     t0 = time.perf_counter()
+    os.makedirs(cache, exist_ok=True)
     words, emb = load_glove(a.vocab_size)
     tokens = token_list(a.tokens, a.vocab_size, words, a.tokens_file)
     glove_txt = os.path.join(cache, "glove50k.txt" if a.vocab_size == 50000 else f"glove{a.vocab_size}.txt")
