@@ -1,4 +1,4 @@
-"""The README's "MLDP benchmark's picture" tables, from a `dpspark compare` output directory.
+"""The "MLDP benchmark's picture" tables of docs/compare.md, from a `dpspark compare` output directory.
 
     python bench/mldp_picture.py OUT_DIR [--epsilons 1,5,10]
     python bench/mldp_picture.py --smoke   # the tables of a tiny `dpspark compare` run, made here

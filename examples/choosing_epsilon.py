@@ -1,4 +1,4 @@
-"""The "Choosing ε" table of the README: what each mechanism leaves of the shipped sample at several ε.
+"""The "Choosing ε" table of docs/choosing-epsilon.md: what each mechanism leaves of the sample at several ε.
 
     python examples/choosing_epsilon.py [--runs 3]
 

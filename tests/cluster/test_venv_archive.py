@@ -1,4 +1,4 @@
-"""The README's packed-virtualenv recipe for spark-submit, followed step by step.
+"""The packed-virtualenv recipe for spark-submit (docs/clusters.md), followed step by step.
 
 wheel (as ``make dist`` builds it) → ``python -m venv env`` → ``env/bin/pip install`` the wheel
 and pandas → ``venv-pack -p env -o env.tar.gz`` → ``PYSPARK_DRIVER_PYTHON=python

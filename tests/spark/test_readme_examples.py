@@ -1,8 +1,9 @@
-"""README.md works as printed: its runnable examples, run top to bottom as a new user runs them.
+"""README.md and the docs (docs/*.md) work as printed: their runnable examples, run top to bottom as a
+new user runs them, the README first, then each page of the docs on its own.
 
-A code block of the README runs here when the line before its fence is ``<!-- runnable -->``; every
+A code block of a page runs here when the line before its fence is ``<!-- runnable -->``; every
 other ``bash`` or ``python`` block says why it does not with ``<!-- not runnable... -->`` (a
-cluster, Databricks, a metastore, files of your own, a grid too heavy for this test), so the README
+cluster, Databricks, a metastore, files of your own, a grid too heavy for this test), so each page
 stays the one source of its examples and a new block must choose.
 
 The user's situation: after ``make demo`` (which left ``out/reviews_private``), in the repository
@@ -15,8 +16,10 @@ Python blocks run in this session's ``spark`` (tests/conftest.py), with the proc
 directory and the JVM's local file system working directory both the temporary directory, so that
 relative paths mean there what they mean to a user.
 
-The README's parameters are chosen to keep this under about 4 minutes on 2 cores; the full grids
-are its not-runnable variants. Marker ``readme``: the runtime matrix (runtimes/run.sh) leaves it out.
+Each page runs in a fresh such directory: a page's examples may use what the page's earlier blocks
+wrote, never another page's. The parameters are chosen to keep the README and the docs together
+under about 4 minutes on 2 cores; the full grids are their not-runnable variants. Marker ``readme``:
+the runtime matrix (runtimes/run.sh) leaves it out.
 """
 
 from __future__ import annotations
@@ -36,13 +39,15 @@ pytestmark = [pytest.mark.readme, pytest.mark.xdist_group("readme")]  # run in o
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
 COPIED = ("examples", "conf", "notebooks")
 RUNNABLE = "<!-- runnable -->"
 NOT_RUNNABLE = re.compile(r"<!-- not runnable\b[^>]*-->")
 FENCE = re.compile(r"^```([A-Za-z]*)\s*$")
 
 
-def blocks(text: str) -> list[tuple[int, str, str, str]]:
+def blocks(text: str, name: str = "README.md") -> list[tuple[int, str, str, str]]:
     """Every fenced block: (line of its first code line, language, the line before the fence, code)."""
     lines = text.splitlines()
     found, i = [], 0
@@ -54,7 +59,7 @@ def blocks(text: str) -> list[tuple[int, str, str, str]]:
         end = i + 1
         while end < len(lines) and lines[end].rstrip() != "```":
             end += 1
-        assert end < len(lines), f"README.md:{i + 1}: unclosed code block"
+        assert end < len(lines), f"{name}:{i + 1}: unclosed code block"
         before = lines[i - 1].strip() if i else ""
         found.append((i + 2, m.group(1), before, "\n".join(lines[i + 1 : end])))
         i = end + 1
@@ -62,8 +67,15 @@ def blocks(text: str) -> list[tuple[int, str, str, str]]:
 
 
 def runnable_blocks(text: str) -> list[tuple[int, str, str]]:
-    """(line, language, code) of the blocks marked runnable, in README order."""
+    """(line, language, code) of the blocks marked runnable, in the page's order."""
     return [(line, lang, code) for line, lang, before, code in blocks(text) if before == RUNNABLE]
+
+
+def name_of(page: Path) -> str:
+    return str(page.relative_to(REPO))
+
+
+RUNNABLE_DOCS = [page for page in DOCS if runnable_blocks(page.read_text(encoding="utf-8"))]
 
 
 def commands(code: str) -> list[str]:
@@ -94,26 +106,28 @@ def outputs(text: str) -> list[str]:
 # --- fast checks (no Spark) ------------------------------------------------------------------------
 
 
-def test_every_example_is_marked_runnable_or_not():
-    text = README.read_text(encoding="utf-8")
-    for line, lang, before, code in blocks(text):
+@pytest.mark.parametrize("page", PAGES, ids=name_of)
+def test_every_example_is_marked_runnable_or_not(page):
+    text = page.read_text(encoding="utf-8")
+    for line, lang, before, code in blocks(text, name_of(page)):
         if lang in ("bash", "sh", "python"):
             assert before == RUNNABLE or NOT_RUNNABLE.fullmatch(before), (
-                f"README.md:{line}: put {RUNNABLE} (tests/spark/test_readme_examples.py runs it) or "
+                f"{name_of(page)}:{line}: put {RUNNABLE} (tests/spark/test_readme_examples.py runs it) or "
                 "<!-- not runnable ...: why --> on the line before the ``` of this block"
             )
         if NOT_RUNNABLE.fullmatch(before) and "locally" in before:
             assert code.lstrip().startswith("# Not runnable locally"), (
-                f"README.md:{line}: a block that does not run locally says so in its first line"
+                f"{name_of(page)}:{line}: a block that does not run locally says so in its first line"
             )
     kinds = {lang for _, lang, _ in runnable_blocks(text)}
-    assert kinds == {"bash", "python"}, kinds
+    assert kinds == {"bash", "python"} if page == README else kinds <= {"bash", "python"}, kinds
 
 
 def test_the_runnable_examples_write_fresh_paths():
     """Each example writes a path of its own, and none writes make demo's out/reviews_private."""
-    paths = outputs(README.read_text(encoding="utf-8"))
+    paths = [p for page in PAGES for p in outputs(page.read_text(encoding="utf-8"))]
     assert len(paths) >= 8, paths
+    assert outputs(README.read_text(encoding="utf-8")) and RUNNABLE_DOCS, "the README and the docs both run"
     assert len(set(paths)) == len(paths), sorted(p for p in paths if paths.count(p) > 1)
     assert "out/reviews_private" not in paths
 
@@ -140,13 +154,13 @@ def jvm_working_directory(spark, directory: Path):
         fs.setWorkingDirectory(before)
 
 
-@pytest.mark.spark
-@pytest.mark.slow
-def test_the_readme_runs_as_printed(spark, tmp_path, monkeypatch):
+def run_as_printed(page: Path, spark, tmp_path: Path, monkeypatch) -> None:
+    """Run ``page``'s runnable blocks in order, in a fresh copy of the user's situation."""
+    name = name_of(page)
     work = tmp_path / "repo"
     work.mkdir()
-    for name in COPIED:
-        shutil.copytree(REPO / name, work / name)
+    for folder in COPIED:
+        shutil.copytree(REPO / folder, work / folder)
     # What `make demo` leaves: an example that writes here would fail (exit 5) after it.
     (work / "out" / "reviews_private").mkdir(parents=True)
     (work / "out" / "reviews_private" / "left-by-make-demo").write_text("")
@@ -156,7 +170,7 @@ def test_the_readme_runs_as_printed(spark, tmp_path, monkeypatch):
     env.pop("PYSPARK_SUBMIT_ARGS", None)  # the test session's own JVM settings (tests/conftest.py)
     env.pop("PYTHONPATH", None)
 
-    text = README.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
     examples = runnable_blocks(text)
     transcript: list[str] = []
 
@@ -169,9 +183,9 @@ def test_the_readme_runs_as_printed(spark, tmp_path, monkeypatch):
             start = time.monotonic()
             monkeypatch.chdir(work)
             with jvm_working_directory(spark, work):
-                exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "__main__", "spark": spark})  # noqa: S102
+                exec(compile(code, f"{name}:{line}", "exec"), {"__name__": "__main__", "spark": spark})  # noqa: S102
             monkeypatch.chdir(REPO)
-            record(f"README.md:{line}  python block  exit 0  {time.monotonic() - start:6.1f} s")
+            record(f"{name}:{line}  python block  exit 0  {time.monotonic() - start:6.1f} s")
             continue
         for command in commands(code):
             start = time.monotonic()
@@ -179,12 +193,25 @@ def test_the_readme_runs_as_printed(spark, tmp_path, monkeypatch):
                 ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600
             )
             seconds = time.monotonic() - start
-            record(f"README.md:{line}  {command}  exit {done.returncode}  {seconds:6.1f} s")
+            record(f"{name}:{line}  {command}  exit {done.returncode}  {seconds:6.1f} s")
             assert done.returncode == 0, (
-                f"README.md:{line}: {command}\nexit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}\n"
+                f"{name}:{line}: {command}\nexit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}\n"
                 + "\n".join(["examples run so far:", *transcript])
             )
 
     for path in outputs(text):
         assert (work / path).exists(), f"{path}: not written in the example's directory"
     assert os.listdir(work / "out" / "reviews_private") == ["left-by-make-demo"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_readme_runs_as_printed(spark, tmp_path, monkeypatch):
+    run_as_printed(README, spark, tmp_path, monkeypatch)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("page", RUNNABLE_DOCS, ids=name_of)
+def test_the_docs_run_as_printed(page, spark, tmp_path, monkeypatch):
+    run_as_printed(page, spark, tmp_path, monkeypatch)

@@ -17,7 +17,7 @@ from dpspark.cli import COMMANDS, build_parser, main
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+COMMANDS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
 
 
 def subparser(command: str) -> argparse.ArgumentParser:
@@ -212,11 +212,11 @@ def test_embedding_report_prints_its_result_under_quiet(capsys, tmp_path):
     assert captured.err == ""
 
 
-# --- the README's "All flags" block ------------------------------------------------------------------
+# --- the "All flags" block of docs/commands.md --------------------------------------------------------
 
 
 def readme_block() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = COMMANDS_PAGE.read_text(encoding="utf-8")
     head = "All flags (flags override the YAML file given with `--config`):\n\n```\n"
     assert head in text
     start = text.index(head) + len(head)
@@ -226,7 +226,7 @@ def readme_block() -> str:
 def test_the_readme_lists_every_flag_of_perturb():
     block = readme_block()
     assert block == cli.readme_flags(), (
-        'README.md\'s "All flags" block differs from the parser: paste the output of '
+        'docs/commands.md\'s "All flags" block differs from the parser: paste the output of '
         '.venv/bin/python -c "from dpspark.cli import readme_flags; print(readme_flags())"'
     )
     flags = {f for a in subparser("perturb")._actions for f in a.option_strings if f.startswith("--")}
