@@ -64,13 +64,19 @@ def _needs(command: str, c: Any) -> tuple[str | None, list[tuple[str, str, str]]
 
 
 def check(command: str, c: Any) -> None:
-    """Refuse (InputDataError, exit 3) a missing input or a column it lacks, before Spark starts."""
+    """Refuse (InputDataError, exit 3) a missing input or a column it lacks, and (ConfigError, exit 2) an
+    embeddings directory or artefact cache inside the input or that is a file, before Spark starts."""
     given, columns = _needs(command, c)
     path = _local_path(c, given)
     if path is None:
         return
     if not path.exists():
         raise InputDataError(f"input {given} does not exist: pass a Parquet file or directory (--input)")
+    from dpspark.prepare import local_writes, write_inside_input
+
+    for what, where in local_writes(c).items():  # the embedding store and the artefact cache
+        if where.resolve().is_relative_to(path.resolve()):
+            raise write_inside_input(what, where, given)
     fields = _schema(path)
     for what, col, flag in columns if fields else []:
         if col not in fields:

@@ -169,6 +169,14 @@ def local_writes(config: Any) -> dict[str, Path]:
     return {cache_name(config): cache_dir(config)}
 
 
+def write_inside_input(what: str, path: Any, given_input: str) -> ConfigError:
+    """The refusal of a directory of ``local_writes`` that lies inside an input."""
+    return ConfigError(
+        f"{what} {path} lies inside the input {given_input}: dpspark would write into the raw data; choose a "
+        "directory outside it"
+    )
+
+
 def noise_lambdas(spec: MechanismSpec) -> set[float]:
     """The λ of a noise setting: its A, and its Euclidean bound in the manifest (empty for others)."""
     return spec.lambdas() | ({spec.axes()["lambda"]} if "lambda" in spec.axes() else set())

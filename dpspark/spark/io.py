@@ -195,10 +195,9 @@ def check_writes(fs: FileSystem, inputs: list[str], writes: dict[str, Any]) -> N
         where = fs.resolve(Path(path).resolve().as_uri())
         for i in inputs:
             if FileSystem.inside(where, i):
-                raise ConfigError(
-                    f"{what} {path} lies inside the input {i}: dpspark would write into the raw data; choose a "
-                    "directory outside it"
-                )
+                from dpspark.prepare import write_inside_input
+
+                raise write_inside_input(what, path, i)
 
 
 def resolve_output(fs: FileSystem, output: str) -> str:

@@ -123,3 +123,44 @@ def test_a_full_disk_reported_by_spark_is_exit_5_in_one_line(capsys):
     assert explain_failure("perturb", failure) == 5
     err = capsys.readouterr().err
     assert err == "dpspark perturb: error: a disk is full: free space or choose another --output\n"
+
+
+@pytest.mark.parametrize("how", ["embeddings-dir", "cache-env", "cache-is-a-file"])
+def test_a_store_or_cache_inside_the_input_is_refused_before_spark_starts(tmp_path, monkeypatch, capsys, how):
+    """Defects 2 and 12, before any Spark work: a local input, and the embeddings directory or the artefact
+    cache inside it (or a cache directory that is a file) are refused by the command's preflight, without
+    starting a session (the command's Spark side would fail the test) and without a byte written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import dpspark.spark.perturb
+    from dpspark.cli import main
+
+    def no_spark(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the command reached Spark")
+
+    monkeypatch.setattr(dpspark.spark.perturb, "run_perturb", no_spark)
+    data = tmp_path / "in"
+    data.mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "text": ["the city is quiet", "a dog ran home"]}), data / "p0.parquet")
+    where = []
+    if how == "embeddings-dir":
+        where = ["--embeddings-dir", str(data)]
+    elif how == "cache-env":
+        monkeypatch.setenv("DPSPARK_CACHE_DIR", str(data / "cache"))
+    else:
+        (tmp_path / "cache").write_bytes(b"a file")
+        monkeypatch.setenv("DPSPARK_CACHE_DIR", str(tmp_path / "cache"))
+    before = {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    argv = ["perturb", "--input", str(data), "--output", str(tmp_path / "out"), "--columns", "text"]
+    code = main([*argv, "--epsilon", "1000", "--mechanism", "truncated-gumbel", *where, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == ConfigError.exit_code, err
+    assert len(err.strip().splitlines()) == 1
+    if how == "cache-is-a-file":
+        assert "the artefact cache" in err and "is a file, not a directory" in err
+    else:
+        what = "the embeddings directory" if how == "embeddings-dir" else "the artefact cache"
+        assert f"error: {what} " in err
+        assert f"lies inside the input {data}: dpspark would write into the raw data" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
