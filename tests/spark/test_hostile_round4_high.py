@@ -137,6 +137,28 @@ def test_a_release_never_lands_inside_a_subquerys_input(spark, tmp_path, query, 
     assert leftovers(b) == [] and not (b / "private").exists()
 
 
+def test_an_output_table_is_never_a_subquerys_input_table(spark, tmp_path):
+    """The same for tables: A filtered by a subquery over table B, released with --mode overwrite into B
+    itself. The lineage missed B: the run got past the input-table check, and was stopped only because B
+    carries no dpspark ledger property."""
+    import uuid
+
+    schema = f"round4_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {schema}")
+    try:
+        a = write_text_dataset(tmp_path / "a", list(range(30)))
+        spark.read.parquet(str(write_text_dataset(tmp_path / "b", list(range(0, 30, 3))))).write.saveAsTable(
+            f"{schema}.b"
+        )
+        before = sorted(map(tuple, spark.table(f"{schema}.b").collect()))
+        df = spark.sql(f"SELECT * FROM parquet.`{a}` x WHERE EXISTS (SELECT 1 FROM {schema}.b y WHERE y.id = x.id)")
+        with pytest.raises(ConfigError, match=rf"output table {schema}.b is the input table"):
+            dpspark.release(df, output_table=f"{schema}.b", columns="text", epsilon=10, mode="overwrite")
+        assert sorted(map(tuple, spark.table(f"{schema}.b").collect())) == before
+    finally:
+        spark.sql(f"DROP SCHEMA {schema} CASCADE")
+
+
 # --- 4: a command overwrites only its own kind of output ----------------------------------------------
 
 
