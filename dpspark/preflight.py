@@ -11,6 +11,7 @@ system's. Anything that pyarrow cannot read is left to Spark's own checks, which
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,30 @@ def _local_path(c: Any, path: str | None) -> Path | None:
     master = getattr(c, "master", None) or "local"
     if not path or getattr(c, "remote", None) or not master.startswith("local"):
         return None
-    if "PYSPARK_GATEWAY_PORT" in os.environ or "HADOOP_CONF_DIR" in os.environ:
+    if "PYSPARK_GATEWAY_PORT" in os.environ or "HADOOP_CONF_DIR" in os.environ or _session_running():
         return None
     if path.startswith("file:"):
         path = path[len("file:") :]
     elif "://" in path or ":" in path.split("/", 1)[0]:
         return None  # another file system's (hdfs://, s3a://, dbfs:/)
     return Path(path)
+
+
+def _session_running() -> bool:
+    """A Spark session already runs in this process (a notebook, a test, an application calling the CLI)
+    whose default file system makes a plain path another's (viewfs, hdfs, dbfs): the command reuses that
+    session, so only its own resolution may judge the path."""
+    sql = sys.modules.get("pyspark.sql")
+    session = None if sql is None else sql.SparkSession.getActiveSession()
+    if session is None:
+        return False
+    try:
+        default = session.conf.get("fs.defaultFS", None) or session.sparkContext._jsc.hadoopConfiguration().get(
+            "fs.defaultFS"
+        )
+    except Exception:  # noqa: BLE001 - a session whose settings cannot be read: leave the path to Spark
+        return True
+    return not str(default or "file:///").startswith("file:")
 
 
 def _schema(path: Path) -> list[str] | None:
