@@ -20,7 +20,10 @@ import pytest
 
 from dpspark.mechanisms import REGISTRY
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# runtime: every Connect test but compare's and the notebooks', which run once, in make test (pyspark 3.5's
+# clients get evaluate-utility's refusal, which the runtime matrix tests; the notebooks' runner is per runtime
+# in tests/notebooks/). One worker runs them all, beside the classic runs they compare with.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("connect")]
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
 
@@ -86,6 +89,7 @@ def run_isolated(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.runtime
 def test_perturb_job_through_connect(connect_url, tmp_path, check_faithful):
     out = tmp_path / "o"
     args = [
@@ -114,6 +118,7 @@ def test_perturb_job_through_connect(connect_url, tmp_path, check_faithful):
     assert m["mechanism"] == "tem" and m["guarantee_type"] == "metric"
 
 
+@pytest.mark.runtime
 def test_api_through_connect_is_stable_within_a_run(connect_url):
     code = f"""
 import json
@@ -134,37 +139,34 @@ print(json.dumps({{"same": first == second, "changed": sum(1 for k, t in raw.ite
     assert result["same"] and result["schema_same"] and result["changed"] > 400
 
 
-def test_privacy_stats_through_connect_equals_classic(connect_url, spark, tmp_path):
-    """No SparkContext on Connect: the DataFrame twin of reduceByKey gives the same table for a seed, for
-    a grid of every mechanism (the noise family and the exponential one, with its exact figures)."""
-    # Every mechanism that takes ε ≤ 10 (Truncated Gumbel refuses ε below ≈ 57 on 2,000 words: its draws on the
-    # DataFrame path are tested against numpy in tests/spark/test_stats_job.py).
+@pytest.mark.runtime
+def test_privacy_stats_through_connect_equals_classic(connect_url, classic, stats_every_mechanism, tmp_path):
+    """No SparkContext on Connect: the DataFrame twin of reduceByKey gives the classic run's table for a seed
+    (tests/spark/test_stats_job.py runs it), for a grid of every mechanism (the noise family and the
+    exponential one, with its exact figures)."""
     names = [n for n in REGISTRY if n != "truncated-gumbel"]
-    common = ["privacy-stats", "--epsilons", "2,10", "--mechanisms", ",".join(names), "--grid", "lambda=1"]
-    common += ["--vocab-size", "2000", "--words", "30"]
-    common += ["--runs", "12", "--seed", "3", "--quiet"]
-    args = [*common, "--output", str(tmp_path / "connect"), "--remote", connect_url]
+    args = [*stats_every_mechanism, "--output", str(tmp_path / "connect"), "--remote", connect_url]
     done = run_isolated(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
     assert done.returncode == 0, done.stderr[-3000:]
-    from dpspark.cli import main
-
-    assert main([*common, "--output", str(tmp_path / "classic")]) == 0
     import pyarrow.parquet as pq
 
-    connect, classic = (pq.read_table(tmp_path / d / "per_word.parquet") for d in ("connect", "classic"))
+    connect, classic_table = (
+        pq.read_table(d / "per_word.parquet") for d in (tmp_path / "connect", classic(stats_every_mechanism))
+    )
     # The draws are keyed: the Monte Carlo columns are equal to the bit. The exact E[Nw], E[Sw] are
     # float64 sums over a GEMM row, whose last bits follow the driver's BLAS threads: equal to 1e-12.
     exact = ["exact_nw", "exact_sw"]
     assert connect.num_rows == 2 * len(names) * 30
-    assert connect.drop(exact).equals(classic.drop(exact))
+    assert connect.drop(exact).equals(classic_table.drop(exact))
     for column in exact:
-        a, b = (np.array(t.column(column).to_pylist(), dtype=float) for t in (connect, classic))
+        a, b = (np.array(t.column(column).to_pylist(), dtype=float) for t in (connect, classic_table))
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, equal_nan=True)
     assert set(connect.column("mechanism").to_pylist()) == set(names)
     m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
     assert m["status"] == "succeeded" and m["draws"] == 2 * len(names) * 30 * 12
 
 
+@pytest.mark.runtime
 def test_release_vectors_and_calibrate_through_connect(connect_url, tmp_path):
     vectors, calibrated = tmp_path / "v", tmp_path / "c"
     runs = [
@@ -207,93 +209,67 @@ def refused_without_mllib(args: list[str], connect_url: str, out: Path) -> None:
     assert "needs pyspark 4.0 or later" in done.stderr and not out.exists()
 
 
-def test_privacy_risk_through_connect_equals_classic(connect_url, spark, tmp_path):
+@pytest.mark.runtime
+def test_privacy_risk_through_connect_equals_classic(connect_url, classic, risk_on_the_sample, tmp_path):
     """No SparkContext on Connect: the statistics' DataFrame counts and the DataFrame attack give the
-    classic run's shares to the bit for a seed (integer sums: no float summation order to differ)."""
-    sensitive = tmp_path / "sensitive.txt"
-    sensitive.write_text("springfield\ntom\nbaker\n", encoding="utf-8")
-    common = ["privacy-risk", "--input", str(SAMPLE), "--text-column", "text", "--epsilons", "5,20", "--lambdas", "1"]
-    common += ["--runs", "4", "--vocab-size", "2000", "--max-words", "60", "--sensitive-words", str(sensitive)]
-    common += ["--seed", "5", "--quiet"]
-    cli_through_connect([*common, "--output", str(tmp_path / "connect")], connect_url)
-    from dpspark.cli import main
-
-    assert main([*common, "--output", str(tmp_path / "classic")]) == 0
+    classic run's shares (tests/spark/test_risk.py runs it) to the bit for a seed (integer sums: no float
+    summation order to differ)."""
+    cli_through_connect([*risk_on_the_sample, "--output", str(tmp_path / "connect")], connect_url)
     import pyarrow.parquet as pq
 
-    connect, classic = (pq.read_table(tmp_path / d / "risk.parquet") for d in ("connect", "classic"))
-    assert connect.num_rows == 2 and connect.equals(classic)
-    shares = connect.to_pylist()
-    assert all(0 <= r["top1"] <= r["top5"] <= 1 and 0 <= r["sensitive_top1"] <= 1 for r in shares)
-    by = {(r["epsilon"], r["lambda"]): r for r in shares}
-    assert by[(20.0, 1.0)]["top1"] > by[(5.0, 1.0)]["top1"]  # less noise, more recovered
+    connect = pq.read_table(tmp_path / "connect" / "risk.parquet")
+    assert connect.num_rows == 2 and connect.equals(pq.read_table(classic(risk_on_the_sample) / "risk.parquet"))
     m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
     assert m["status"] == "succeeded" and m["corpus"]["words_measured"] == 60 and m["draws"] == 2 * 60 * 4
 
 
-@pytest.fixture(scope="module")
-def labelled(tmp_path_factory):
-    """The first 120 SMS messages (ham and spam) as a labelled Parquet file."""
-    from dpspark.evaluation.datasets import sms_spam
-
-    return sms_spam(tmp_path_factory.mktemp("sms"), rows=120)
-
-
-def test_evaluate_utility_through_connect_equals_classic(connect_url, spark, labelled, tmp_path):
+@pytest.mark.runtime
+def test_evaluate_utility_through_connect_equals_classic(connect_url, classic, utility_on_sms120, tmp_path):
     """pyspark.ml's classic API runs on Spark Connect (pyspark 4): the same split, the same noise and
-    MLlib's L-BFGS fit give the classic run's metrics to the bit for a seed. The 120 rows are one task
-    on both paths; over several, MLlib adds the partitions' sums in the order the tasks finish."""
-    common = ["evaluate-utility", "--input", labelled, "--text-column", "text", "--label-column", "label"]
-    common += ["--mode", "test-time", "--epsilons", "10", "--lambdas", "1", "--repeats", "1", "--vocab-size", "2000"]
-    common += ["--seed", "2", "--quiet"]
+    MLlib's L-BFGS fit give the classic run's metrics (tests/spark/test_utility.py runs it) to the bit for a
+    seed. The 120 rows are one task on both paths; over several, MLlib adds the partitions' sums in the order
+    the tasks finish."""
     if not mllib_on_connect():
-        return refused_without_mllib(common, connect_url, tmp_path / "connect")
-    cli_through_connect([*common, "--output", str(tmp_path / "connect")], connect_url)
-    from dpspark.cli import main
-
-    assert main([*common, "--output", str(tmp_path / "classic")]) == 0
+        return refused_without_mllib(utility_on_sms120, connect_url, tmp_path / "connect")
+    cli_through_connect([*utility_on_sms120, "--output", str(tmp_path / "connect")], connect_url)
     import pyarrow.parquet as pq
 
-    connect, classic = (pq.read_table(tmp_path / d / "results.parquet") for d in ("connect", "classic"))
-    assert connect.num_rows == 2 and connect.equals(classic)  # the baseline and test-time rows
-    (base,) = [r for r in connect.to_pylist() if r["mode"] == "baseline"]
-    assert base["accuracy"] > 0.85 and base["auc"] > 0.9
+    connect = pq.read_table(tmp_path / "connect" / "results.parquet")
+    assert connect.num_rows == 2  # the baseline and test-time rows
+    assert connect.equals(pq.read_table(classic(utility_on_sms120) / "results.parquet"))
     m = json.loads((tmp_path / "connect" / "_dpspark_manifest.json").read_text())
     assert m["status"] == "succeeded" and m["rows"]["train"] + m["rows"]["test"] == 120
 
 
-def test_compare_through_connect_equals_classic(connect_url, spark, labelled, tmp_path):
+def test_compare_through_connect_equals_classic(connect_url, classic, compare_on_sms120, tmp_path):
     """compare's whole job on Connect (the shipped bundles, the perturbations, MLlib, the privacy-risk engine,
-    the text metrics' sums): for a seed, compare.parquet's figures equal the classic run's, to the bit but
-    the seconds each setting took. Two mechanisms, one ε, the 120 rows (one task, as above)."""
-    common = ["compare", "--input", labelled, "--text-column", "text", "--label-column", "label"]
-    common += ["--mechanisms", "laplace,tem", "--epsilons", "10", "--vocab-size", "2000", "--repeats", "1"]
-    common += ["--runs", "4", "--mldp-words", "5", "--mldp-trials", "10", "--refine", "0", "--examples", "1"]
-    common += ["--seed", "4", "--quiet"]
+    the text metrics' sums): for a seed, compare.parquet's figures equal the classic run's
+    (tests/spark/test_compare.py runs it), to the bit but the seconds each setting took. Two mechanisms, one
+    ε, the 120 rows (one task, as above). Run once, in make test (not marked runtime): pyspark 3.5's clients
+    get evaluate-utility's refusal, tested per runtime above."""
     if not mllib_on_connect():
-        return refused_without_mllib(common, connect_url, tmp_path / "connect")
-    cli_through_connect([*common, "--output", str(tmp_path / "connect")], connect_url)
-    from dpspark.cli import main
-
-    assert main([*common, "--output", str(tmp_path / "classic")]) == 0
+        return refused_without_mllib(compare_on_sms120, connect_url, tmp_path / "connect")
+    cli_through_connect([*compare_on_sms120, "--output", str(tmp_path / "connect")], connect_url)
     import pyarrow.parquet as pq
 
-    connect, classic = (pq.read_table(tmp_path / d / "compare.parquet") for d in ("connect", "classic"))
-    assert connect.num_rows == 2 and connect.drop(["time_s"]).equals(classic.drop(["time_s"]))
-    equal = (pq.read_table(tmp_path / d / "equal_privacy.parquet") for d in ("connect", "classic"))
+    ours, theirs = tmp_path / "connect", classic(compare_on_sms120)
+    connect, classic_table = (pq.read_table(d / "compare.parquet") for d in (ours, theirs))
+    assert connect.num_rows == 2 and connect.drop(["time_s"]).equals(classic_table.drop(["time_s"]))
+    equal = (pq.read_table(d / "equal_privacy.parquet") for d in (ours, theirs))
     assert next(equal).equals(next(equal))
-    m, c = (json.loads((tmp_path / d / "_dpspark_manifest.json").read_text()) for d in ("connect", "classic"))
+    m, c = (json.loads((d / "_dpspark_manifest.json").read_text()) for d in (ours, theirs))
     assert m["status"] == "succeeded" and m["mechanisms"] == ["laplace", "tem"]
     assert m["recommended"] == c["recommended"] and m["corpus"] == c["corpus"] and m["baseline"] == c["baseline"]
     for name in m["files"]:
-        assert (tmp_path / "connect" / name).stat().st_size > 0, name
-    assert "## Recommendation" in (tmp_path / "connect" / "report.md").read_text(encoding="utf-8")
+        assert (ours / name).stat().st_size > 0, name
+    assert "## Recommendation" in (ours / "report.md").read_text(encoding="utf-8")
 
 
-def test_embedding_model_through_connect(connect_url, labelled, tmp_path):
+@pytest.mark.runtime
+def test_embedding_model_through_connect(connect_url, sms120, tmp_path):
     """The mean-embedding features (mapInArrow over the shipped bundle, array_to_vector) on Connect, and a
     model fitted on perturbed text (train-time)."""
-    args = ["evaluate-utility", "--input", labelled, "--text-column", "text", "--label-column", "label"]
+    args = ["evaluate-utility", "--input", sms120, "--text-column", "text", "--label-column", "label"]
     args += ["--model", "embedding-logreg", "--mode", "train-time", "--epsilons", "1000", "--lambdas", "1"]
     args += ["--repeats", "1", "--vocab-size", "2000", "--seed", "2", "--quiet"]
     if not mllib_on_connect():
@@ -306,7 +282,7 @@ def test_embedding_model_through_connect(connect_url, labelled, tmp_path):
     assert rows["baseline"]["auc"] > 0.8 and rows["train-time"]["auc"] > 0.8  # ε = 1000: little noise
 
 
-def test_notebooks_through_connect(connect_url, labelled, tmp_path):
+def test_notebooks_through_connect(connect_url, sms120, tmp_path):
     """Serverless and standard access mode: every notebook runs on a Spark Connect session, where
     there is no SparkContext and no RDD (the runner gives no ``sc`` either), and publishes through
     the library's release calls."""
@@ -319,7 +295,7 @@ def test_notebooks_through_connect(connect_url, labelled, tmp_path):
         },
         "release_vectors.py": {"input": str(SAMPLE), "output": str(tmp_path / "vectors"), "epsilon": "5"},
         "privacy_utility.py": {
-            **{"input": labelled, "output": str(tmp_path / "pu"), "epsilons": "50", "lambdas": "1", "repeats": "1"},
+            **{"input": sms120, "output": str(tmp_path / "pu"), "epsilons": "50", "lambdas": "1", "repeats": "1"},
             **{"vocab_size": "500", "runs": "4", "max_utility_loss": "0.05", "max_reidentification": "0.99"},
         },
     }

