@@ -157,7 +157,7 @@ def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identi
     assert summary_row(identity_run[0], "baseline")["auc_mean"] > 0.9
 
 
-@pytest.mark.runtime
+@pytest.mark.statistical  # Spark = numpy for the attack per runtime: test_risk.py
 def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path, monkeypatch):
     from dpspark.bundle import save_bundle
     from dpspark.embeddings import select_vocabulary
