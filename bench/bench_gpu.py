@@ -10,7 +10,9 @@ searched over an output vocabulary of 50,000 and 400,000 words. Three levels, ea
   the mechanism, detokenize). Needs pyarrow and pydantic.
 - ``sample``: the mechanism itself on the batch's token rows (keyed numpy noise, then the search).
 - ``search``: the search alone (``query``, Vickrey's ``query_two``) on Laplace noisy points drawn
-  before the clock starts (one copy of the noise's formula here): the device's ceiling. Where
+  before the clock starts (one copy of the noise's formula here): the device's ceiling. The clock covers
+  the query rows made on the host, their copy to the device and the answers read back (SEARCH_CLOCK says so
+  in the output); gpu_anchor.py's figures include its noise, drawn on the device. Where
   pydantic or pyarrow is missing it is the only level, so the script always measures something.
 
 The device is the one ``--device`` gives (``dpspark.device.task_device``: auto = CUDA where torch
@@ -56,6 +58,11 @@ MECHANISMS = {  # name: the spec's parameters besides ε
     "vickrey": {"t": 0.5, "lambda": 0.0},
 }
 WORDS_PER_TEXT = 20
+SEARCH_CLOCK = (
+    "search level: noise drawn before the clock; the clock covers the query rows made on the host, their copy "
+    "to the device, the search and the answers back on the host (gpu_anchor.py draws its noise on the device "
+    "inside its clock and leaves its answers there)"
+)
 GLOVE_SCALE = 0.65  # GloVe 6B 50-d's coordinates: standard deviation ≈ 0.65 (norms ≈ 4.6)
 
 
@@ -257,6 +264,7 @@ def main() -> None:
     shown = device_name(where) if where else "none"
     print(f"device: {shown}; CPU path: {device_name(None)}; embeddings: {source}", flush=True)
     print(f"levels: {'transform, sample' if FULL else 'search only (pyarrow or pydantic missing)'}", flush=True)
+    print(SEARCH_CLOCK, flush=True)
     table = []
     for size in a.vocab:
         size = min(size, len(x))

@@ -262,9 +262,9 @@ class CertifiedIndex:
 
     def query(self, points: np.ndarray) -> np.ndarray:
         q = np.asarray(points, dtype=np.float64).reshape(-1, self.dim)
-        out = np.zeros(len(q), dtype=np.int64)
-        for s in range(0, len(q), LOWP_QUERY_BLOCK):
-            out[s : s + LOWP_QUERY_BLOCK] = self._search(q[s : s + LOWP_QUERY_BLOCK], None)
+        out, step = np.zeros(len(q), dtype=np.int64), self._query_block()
+        for s in range(0, len(q), step):
+            out[s : s + step] = self._search(q[s : s + step], None)
         return out
 
     def query_among(self, points: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -272,9 +272,9 @@ class CertifiedIndex:
         (ties: the first of ``rows``)."""
         rows = np.asarray(rows, dtype=np.int64)
         q = np.asarray(points, dtype=np.float64).reshape(-1, self.dim)
-        out = np.zeros(len(q), dtype=np.int64)
-        for s in range(0, len(q), LOWP_QUERY_BLOCK):
-            out[s : s + LOWP_QUERY_BLOCK] = rows[self._search(q[s : s + LOWP_QUERY_BLOCK], rows)]
+        out, step = np.zeros(len(q), dtype=np.int64), self._query_block()
+        for s in range(0, len(q), step):
+            out[s : s + step] = rows[self._search(q[s : s + step], rows)]
         return out
 
     def within(self, centers: np.ndarray, radii: np.ndarray) -> list[np.ndarray]:
@@ -302,10 +302,14 @@ class CertifiedIndex:
         rows = None if among is None else np.asarray(among, dtype=np.int64)
         if (self.size if rows is None else len(rows)) < 2:
             raise ValueError("query_two needs at least two indexed rows")
-        out = np.zeros((len(q), 2), dtype=np.int64)
-        for s in range(0, len(q), LOWP_QUERY_BLOCK):
-            out[s : s + LOWP_QUERY_BLOCK] = self._search(q[s : s + LOWP_QUERY_BLOCK], rows, two=True)
+        out, step = np.zeros((len(q), 2), dtype=np.int64), self._query_block()
+        for s in range(0, len(q), step):
+            out[s : s + step] = self._search(q[s : s + step], rows, two=True)
         return out if rows is None else rows[out]
+
+    def _query_block(self) -> int:
+        """Queries per ``_search``."""
+        return LOWP_QUERY_BLOCK
 
     @cached_property
     def _float32(self) -> ExactIndex:
@@ -336,7 +340,7 @@ class CertifiedIndex:
         # C ≈ −P − δ with δ = 2·b0 + 4(c₂ + 2⁻¹⁵)P: every y ≤ P + C + b < 0, the split
         # residual of C (≤ 2⁻¹⁶|C| for bf16) and the c₂|C| part of b included.
         hi, lo = self._split(-p - 2 * b0 - 4 * (self._c2 + 2.0**-15) * p)
-        rows = np.zeros((len(q), self._k))
+        rows = np.zeros((len(q), self._k), dtype=np.float32)  # every value rounded to p ≤ 24 bits: exact
         rows[:, : self.dim] = self._lowp.round(q)
         rows[:, self.dim : self.dim + 2] = 1.0
         rows[:, self.dim + 2], rows[:, self.dim + 3] = hi, lo
@@ -357,6 +361,7 @@ class CertifiedIndex:
         for i in np.flatnonzero(np.isfinite(big) & ~ok):  # huge but finite: float64 brute force
             result[i] = _best_two64(source, q[i]) if two else _argmin64(source, q[i])
         if ok.any():
+            ok = slice(None) if ok.all() else ok  # no copy of the queries when all are searched here
             result[ok] = self._certified(q[ok], words, rblock, norm, source, two)
         return result
 
@@ -364,16 +369,17 @@ class CertifiedIndex:
         """The certificate's threshold for scores ``g`` (the overall largest, or the second largest
         of two different words or blocks) reached by words of norm at most ``r_top``: (a, k,
         alpha) such that a word of norm at most R may be the answer to query i only if its score
-        reaches a_i − k·(alpha_i·R + c₂R²/2) (rmax: the largest norm of the words searched)."""
+        reaches a_i − k·(alpha_i·R + c₂R²/2) (rmax: the largest norm of the words searched).
+        Arrays of float64, numpy's or torch's (dpspark.device computes it on the device)."""
         alpha, gamma = self._c1 * qn, self._c2 * c_abs + eta
         b_top = alpha * r_top + self._c2 * r_top**2 / 2 + gamma
         sigma = (self.dim + 8) * 2.0**-52 * (qn + rmax) ** 2
-        floor = g - self._u * np.abs(g) / (1 - self._u) - b_top - sigma
+        floor = g - self._u * abs(g) / (1 - self._u) - b_top - sigma
         # The least output a word of block b may show and still be the answer to query i is
         # (floor − bound)(1 + 2⁻ᵖ), as floor − bound < 0; 2⁻³⁰ and 2⁻⁴⁰(|g| + b_top + σ + bound)
         # absorb this float64 arithmetic. Rearranged: A_i − k·(alpha_i·R_b + c₂R_b²/2).
         k = 1 + self._u + 2.0**-30 + 2.0**-40
-        a = floor * (1 + self._u + 2.0**-30) - 2.0**-40 * (np.abs(g) + b_top + sigma) - k * gamma
+        a = floor * (1 + self._u + 2.0**-30) - 2.0**-40 * (abs(g) + b_top + sigma) - k * gamma
         return a, k, alpha
 
     def _certified(self, q, words, rblock, norm, source, two: bool) -> np.ndarray:

@@ -152,6 +152,18 @@ def test_duplicates_ties_subsets_and_odd_queries(glove, scores):
     assert index.params()["device"] == "cpu" and index.method == "exact"
 
 
+def test_best_two_is_certified_on_the_device_without_a_float64_rerank(glove):
+    """fp32 scores settle almost every noisy query's best two by the certificate alone (the third
+    score below the second's limit, the second below the best's): the float64 re-rank sees a few
+    (query, word) pairs, not the two or more of every query that it saw before (4,005 here)."""
+    x = glove.vectors[:5000]
+    index = DeviceIndex(x, "cpu")
+    rng = np.random.default_rng(9)
+    q = x[rng.integers(0, len(x), 2000)] + sample_noise(2000, 50, 10.0, rng)
+    np.testing.assert_array_equal(index.query_two(q), brute_best_two(x, q))
+    assert index.reranked < 100
+
+
 def test_bf16_scores_reach_the_full_scan_and_stay_exact(glove):
     """bf16 scores leave many words within the bound: the top scores cannot certify the answer
     for many queries, which then scan their whole row; the answers stay exact."""
