@@ -38,7 +38,7 @@ demo: $(DEMO_STAMP)
 	$(PY) examples/show.py examples/reviews.parquet out/reviews_private
 
 # Tests run in parallel (pytest-xdist), one worker per core up to four, each with its own local Spark
-# session; tests that share a resource (a Connect server, a cluster, the README's files) are grouped onto
+# session; tests that share a resource (a Connect server, a cluster) are grouped onto
 # one worker (xdist_group). The 25 slowest are listed at the end.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 test: $(STAMP)

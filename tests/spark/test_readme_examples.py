@@ -35,7 +35,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.readme, pytest.mark.xdist_group("readme")]  # run in order, in one worker
+# Each page runs in order inside its own test and its own directory: the pages may run on different
+# xdist workers side by side.
+pytestmark = pytest.mark.readme
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
