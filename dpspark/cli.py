@@ -268,7 +268,7 @@ def usage(command: str) -> str:
 
 
 def synopsis(command: str) -> str:
-    """Every flag of ``command``: its required ones, then each group's (README's "All flags")."""
+    """Every flag of ``command``: its required ones, then each group's (docs/commands.md's "All flags")."""
     from dpspark import config
 
     required, groups = _units(getattr(config, COMMANDS[command][0]))
@@ -279,7 +279,7 @@ def synopsis(command: str) -> str:
 
 
 def readme_flags() -> str:
-    """The README's "All flags" block (a unit test keeps the two equal)."""
+    """docs/commands.md's "All flags" block (a unit test keeps the two equal)."""
     return "\n".join([synopsis("perturb"), "dpspark doctor", "dpspark --version"])
 
 

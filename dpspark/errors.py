@@ -1,6 +1,6 @@
 """Named exceptions. Every message says what is wrong and what would be valid.
 
-Each class carries the process exit code of the ``dpspark`` command (README, "Exit codes").
+Each class carries the process exit code of the ``dpspark`` command (docs/output.md, "Exit codes").
 """
 
 from __future__ import annotations
