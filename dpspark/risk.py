@@ -69,10 +69,12 @@ from typing import Any
 
 import numpy as np
 
+from dpspark.engine import exact_attack as ea
+from dpspark.engine import fold
 from dpspark.mechanisms.base import WordMechanism
 
 FIT_HALF, SCORE_HALF = 0, 1
-TOP = 5
+TOP = ea.TOP
 RATES = ("top1", "top5", "unchanged")
 
 Counts = Mapping[tuple[int, int, int], int]  # (setting, w, u) → count
@@ -124,48 +126,21 @@ def exact_reidentification(
     runs: int = 2,
     top: int = TOP,
 ) -> dict[str, float] | None:
-    """The attacker with exact likelihoods (None when the mechanism has no closed form).
+    """The attacker with exact likelihoods (None when the mechanism has no closed form), folded here
+    (``dpspark.engine.exact_attack``; the Spark job folds the same combiners on the executors).
 
     The guesses for an output u are the ``top`` words w of the corpus with the largest
     prior(w)·P(u | w), ties to the smaller row, as ``guesses``; the shares are exact
     expectations over the mechanism's output, and ``nw_mean`` the exact mean of K·P(w | w)
-    over corpus words (K = ``runs``, as privacy-stats counts Nw). Two passes over the corpus
-    words, one distribution row block at a time: memory O(top·V), no (words × V) matrix.
+    over corpus words (K = ``runs``, as privacy-stats counts Nw).
     """
-    words = np.array(sorted(prior), dtype=np.int64)
-    f = np.array([prior[int(w)] for w in words], dtype=np.float64)
-    space = mechanism.space
-    step = space.block
-    best_score = np.full((0, space.size), -np.inf)
-    best_word = np.zeros((0, space.size), dtype=np.int64)
-    for start in range(0, len(words), step):
-        p = mechanism.distribution(words[start : start + step])
-        if p is None:
-            return None
-        # Stacked in ascending word order (every earlier chunk's words are smaller), a stable
-        # sort on the score keeps ties to the smaller row.
-        scores = np.vstack([best_score, f[start : start + step, None] * p])
-        ids = np.vstack([best_word, np.broadcast_to(words[start : start + step, None], p.shape)])
-        order = np.argsort(-scores, axis=0, kind="stable")[:top]
-        best_score = np.take_along_axis(scores, order, axis=0)
-        best_word = np.take_along_axis(ids, order, axis=0)
-    pos, found = space.positions(words)
-    sums = np.zeros(8)
-    nw = np.zeros(len(words))
-    for start in range(0, len(words), step):
-        chunk = words[start : start + step]
-        p = mechanism.distribution(chunk)
-        weight = f[start : start + step]
-        hit1 = (p * (best_word[0][None, :] == chunk[:, None])).sum(axis=1)
-        hit5 = (p * (best_word[:top][None, :, :] == chunk[:, None, None]).any(axis=1)).sum(axis=1)
-        here = found[start : start + step]
-        same = np.where(here, p[np.arange(len(chunk)), np.maximum(pos[start : start + step], 0)], 0.0)
-        nw[start : start + step] = runs * same
-        sens = np.array([int(w) in sensitive for w in chunk], dtype=np.float64)
-        row = np.stack([np.ones_like(weight), hit1, hit5, same], axis=1) * weight[:, None]
-        sums[:4] += row.sum(axis=0)
-        sums[4:] += (row * sens[:, None]).sum(axis=0)
-    return finish(sums, float(nw.mean()))
+    corpus = ea.Corpus.of(dict(prior), sensitive)
+    if not ea.has_closed_form(mechanism, corpus):
+        return None
+    span = [(0, len(corpus.words))]
+    best = fold(span, lambda s: ea.create_guesses(mechanism, corpus, s, top), lambda a, b: ea.merge_guesses(a, b, top))
+    hits = fold(span, lambda s: ea.create_hits(mechanism, corpus, s, best[None].word, runs, top), ea.merge_hits)
+    return finish(*ea.finish_hits(hits[None]))
 
 
 def finish(sums: np.ndarray | list[float], nw_mean: float) -> dict[str, float]:
