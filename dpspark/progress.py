@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 log = logging.getLogger("dpspark.progress")
+HEARTBEAT = 25.0  # seconds: a watched piece of work logs a line at least this often
 
 
 def describe(spark: Any, command: str, step: str, run_id: str | None = None) -> None:
@@ -57,6 +58,7 @@ class Progress:
         self.started = time.monotonic()
         self.lines: list[str] = []
         self.finished = False
+        self.logged_at = self.started
 
     def line(self, done: int, fraction: float) -> str:
         elapsed = time.monotonic() - self.started
@@ -68,14 +70,17 @@ class Progress:
         return text
 
     def report(self, done: int, fraction: float) -> None:
-        """Log the line for (done, fraction) unless it repeats the last one, or the work was
-        already reported finished (the watcher's last poll and the caller's may both see it)."""
+        """Log the line for (done, fraction) unless it repeats the last one of less than ``HEARTBEAT``
+        seconds ago, or the work was already reported finished (the watcher's last poll and the
+        caller's may both see it). A unit longer than the heartbeat still shows a line that often."""
         if self.finished:
             return
         self.finished = done >= self.total and fraction >= 1
         text = self.line(done, fraction)
-        if not self.lines or self.lines[-1] != text:
+        now = time.monotonic()
+        if not self.lines or self.lines[-1] != text or now - self.logged_at >= HEARTBEAT:
             self.lines.append(text)
+            self.logged_at = now
             log.info(text)
 
 

@@ -32,6 +32,7 @@ import math
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,12 +46,14 @@ from pyspark.sql import types as T
 import dpspark
 from dpspark import report, risk
 from dpspark.config import RiskConfig
+from dpspark.engine import exact_attack as ea
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.prepare import local_writes, prepare_grid, read_word_list
+from dpspark.progress import Progress
 from dpspark.rng import batch_generator, derive_key, new_job_key
-from dpspark.spark import io, resources, stats
+from dpspark.spark import backend, io, resources, stats
 from dpspark.spark.reports import ReportOutput
-from dpspark.spark.session import get_session, is_connect
+from dpspark.spark.session import get_session
 from dpspark.spark.stats import mechanism_fields
 from dpspark.spark.transform import map_in_arrow, quote, token_counts
 from dpspark.stats import WorkItem, plan
@@ -77,19 +80,15 @@ def check_text_column(df: DataFrame, column: str) -> None:
         )
 
 
-def _cores(spark: SparkSession) -> int:
-    return 8 if is_connect(spark) else spark.sparkContext.defaultParallelism
-
-
 def shuffle_settings(spark: SparkSession) -> dict[str, str]:
     """Few shuffle partitions: the count tables are small (words × distinct outputs), and Spark's
     default of 200 makes every stage of the attack hundreds of tasks."""
-    return {"spark.sql.shuffle.partitions": str(max(4, 2 * _cores(spark)))}
+    return {"spark.sql.shuffle.partitions": str(max(4, 2 * backend.cores(spark)))}
 
 
 def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> DataFrame:
     """(half, ε, λ, w, u, count): the privacy statistics' own word → output counts, per block of runs."""
-    counts = stats.pair_counts(spark, items, job_key, bundle, by_block=True, slices=4 * _cores(spark))
+    counts = stats.pair_counts(spark, items, job_key, bundle, by_block=True, slices=4 * backend.cores(spark))
     return counts.withColumnRenamed("block", "half")
 
 
@@ -255,6 +254,58 @@ def doc_exposures(
     return result
 
 
+def exact_attack(
+    spark: SparkSession, bundle: str, mechs: list, prior: dict[int, float], sensitive: set[int], runs: int
+) -> dict[int, dict[str, float] | None]:
+    """``risk.exact_reidentification`` of every setting with a closed form (None for the others),
+    folded on the executors: the engine's two passes (``dpspark.engine.exact_attack``), one task per
+    (setting, span of corpus words); between them the merged guesses are shipped to the executors.
+    Only the per-output guesses and the sums reach the driver, no text."""
+    corpus = ea.Corpus.of(prior, sensitive)
+    closed = [i for i, m in enumerate(mechs) if ea.has_closed_form(m, corpus)]
+    out: dict[int, dict[str, float] | None] = dict.fromkeys(range(len(mechs)))
+    if not closed:
+        return out
+    parts = min(16, -(-2 * backend.cores(spark) // len(closed)))  # two tasks per core at least, where the words allow
+    items = [(s, span) for s in closed for span in ea.spans(len(corpus.words), mechs[s].space.block, parts)]
+
+    def guesses(item: tuple[int, tuple[int, int]]) -> list[bytes]:
+        s, span = item
+        g = ea.create_guesses(resources.resources(bundle).mechanisms()[s], corpus, span)
+        return [backend.pack(g.score, g.word)]
+
+    best: dict[int, ea.Guesses] = {}
+    progress = Progress("privacy-risk: exact likelihoods, pass 1 of 2", len(items), "tasks")
+    for i, payload in backend.run_items(spark, items, guesses, progress):
+        g = ea.Guesses(*backend.unpack(payload))
+        s = items[i][0]
+        best[s] = g if s not in best else ea.merge_guesses(best[s], g)
+
+    def write(directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for s, g in best.items():
+            np.save(directory / f"best-{s}.npy", g.word)
+
+    shipment = resources.ship(spark, write)
+
+    def hits(item: tuple[int, tuple[int, int]]) -> list[bytes]:
+        s, span = item
+        from pyspark import SparkFiles
+
+        words = np.load(Path(SparkFiles.get(shipment.name)) / f"best-{s}.npy")
+        h = ea.create_hits(resources.resources(bundle).mechanisms()[s], corpus, span, words, runs)
+        return [backend.pack(np.array([start]), sums, nw) for start, (sums, nw) in h.blocks.items()]
+
+    per_setting: dict[int, ea.Hits] = {s: ea.Hits({}) for s in closed}
+    progress = Progress("privacy-risk: exact likelihoods, pass 2 of 2", len(items), "tasks")
+    for i, payload in backend.run_items(spark, items, hits, progress):
+        start, sums, nw = backend.unpack(payload)
+        per_setting[items[i][0]].blocks[int(start[0])] = (sums, nw)
+    for s in closed:
+        out[s] = risk.finish(*ea.finish_hits(per_setting[s]))
+    return out
+
+
 def fit_cap(config: RiskConfig) -> int:
     """The most fitting runs per word the doubling may reach: ``--max-fit-runs``, by default 16 × K/2."""
     return config.max_fit_runs or 16 * (config.runs // 2)
@@ -293,7 +344,7 @@ def risk_rows(
     half = config.runs // 2
     items = plan(specs, rows, config.runs, config.words_per_task, half)
     job_key = new_job_key(config.seed)
-    exact = {i: risk.exact_reidentification(m, prior, sensitive, runs=config.runs) for i, m in enumerate(mechs)}
+    exact = exact_attack(spark, bundle, mechs, prior, sensitive, config.runs)
     fitted = {i for i, e in exact.items() if e is None}
     prior_df = spark.createDataFrame(
         [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"

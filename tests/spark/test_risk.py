@@ -17,7 +17,7 @@ from dpspark.evaluation.datasets import sms_spam
 from dpspark.prepare import prepare_grid
 from dpspark.rng import SeededRunWarning
 from dpspark.spark import resources
-from dpspark.spark.risk import attack, model_attacker, pair_counts, run_privacy_risk
+from dpspark.spark.risk import attack, exact_attack, model_attacker, pair_counts, run_privacy_risk
 from dpspark.stats import compute_counts, plan
 
 pytestmark = pytest.mark.spark
@@ -59,6 +59,27 @@ def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tm
         assert on_spark[key] == pytest.approx(reference[key], nan_ok=True), key
         assert on_spark[key]["top1"] >= on_spark[key]["unchanged"]
         assert math.isnan(on_spark[key]["model_top1"]) == (key not in noisy)
+
+
+@pytest.mark.runtime
+def test_the_exact_attacker_on_the_executors_equals_the_numpy_fold(spark, glove, tmp_path):
+    """The exact attacker's two passes run on the executors, one task per (setting, span of words): the
+    figures equal the local fold's (``risk.exact_reidentification``) bit for bit; no closed form, None."""
+    config = RiskConfig.parse(
+        {"text_column": "t", "output": "o", "mechanisms": "laplace,tem,custext", "epsilons": "5", "vocab_size": 2000}
+    )
+    grid = prepare_grid(config, config.settings(), tmp_path / "w")
+    prior = {w: float(1 + (7 * w) % 31) for w in range(0, 2700, 2)}  # 1,350 words: two blocks of 1,024, two spans
+    sensitive = {glove.word_index["london"], glove.word_index["nokia"]}
+    ship = resources.ship(spark, grid.write_bundle)
+    mechs = grid.mechanisms()
+    assert mechs[1].space.block == 1024
+    got = exact_attack(spark, ship.name, mechs, prior, sensitive, 20)
+    assert got[0] is None  # laplace
+    for s in (1, 2):
+        want = risk.exact_reidentification(mechs[s], prior, sensitive, runs=20)
+        assert got[s].keys() == want.keys()
+        assert all(got[s][k] == want[k] or (math.isnan(got[s][k]) and math.isnan(want[k])) for k in want), s
 
 
 def test_privacy_risk_mixes_mechanisms_with_exact_likelihoods(spark, tmp_path):
