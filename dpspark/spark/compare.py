@@ -52,11 +52,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 import dpspark
-from dpspark import mechanisms, report, utility
+from dpspark import report, utility
 from dpspark.config import CompareConfig
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.evaluation import compare_report as cr
 from dpspark.evaluation import field_metrics as fm
+from dpspark.evaluation.compare_analysis import Analysis
 from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY, MechanismSpec
 from dpspark.prepare import Prepared, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe
@@ -71,7 +72,6 @@ from dpspark.spark.utility import (
     run_labelled,
     setting_key,
 )
-from dpspark.stats import feasible_region
 from dpspark.text import tokenize
 
 log = logging.getLogger("dpspark")
@@ -81,11 +81,6 @@ PRIVACY_NOTE = (
     "from the raw data. Keep these files with the raw data."
 )
 ORIGINAL = f"{TEXT}_original"  # the transform's keep_original column
-
-
-def with_epsilon(spec: MechanismSpec, epsilon: float) -> MechanismSpec:
-    """The same setting at another ε (a refinement point)."""
-    return mechanisms.parse({**spec.parameters(), "epsilon": float(epsilon)})
 
 
 def run_compare(config: CompareConfig, spark: SparkSession | None = None, df: DataFrame | None = None) -> dict:
@@ -152,7 +147,7 @@ class Comparison:
 
             self.measure(preps, "grid")
             for round_ in range(c.refine):
-                extra = self.usable(self.refinements())
+                extra = self.usable(self.analysis().refinements())
                 if not extra:
                     break
                 more = prepare_settings(c, extra, self.emb, self.workdir / f"refine-{round_}")
@@ -250,128 +245,9 @@ class Comparison:
         )
         return row
 
-    # --- equal empirical privacy ---------------------------------------------------------------
-
-    def targets(self) -> list[tuple[str, str, float]]:
-        """(label, the point's figure, target): top-1 re-identification and the mean Nw as a share of K."""
-        c = self.config
-        return [
-            (f"top-1 ≤ {100 * c.target_reidentification:g}%", "top1", c.target_reidentification),
-            (f"Nw ≤ {100 * c.target_nw_fraction:g}% of K", "nw_fraction", c.target_nw_fraction),
-        ]
-
-    def curves(self, figure: str) -> dict[str, list[fm.GridPoint]]:
-        m = self.config.utility_metric
-        out: dict[str, list[fm.GridPoint]] = {}
-        for p in self.points:
-            lo, hi = p.get(f"{figure}_lo"), p.get(f"{figure}_hi")
-            out.setdefault(p["setting"], []).append(
-                fm.GridPoint(
-                    p["epsilon"],
-                    p[figure],
-                    lo,
-                    hi,
-                    p[f"train-time_{m}"],
-                    p[f"train-time_{m}_lo"],
-                    p[f"train-time_{m}_hi"],
-                )
-            )
-        return out
-
-    def equal_privacy(self) -> list[dict[str, Any]]:
-        """One row per (setting series, target): the ε that meets it and the utility there, both modes."""
-        m, rows = self.config.utility_metric, []
-        for label, figure, target in self.targets():
-            found = fm.equal_privacy(self.curves(figure), target)
-            for name, eq in found.items():
-                pts = {p["epsilon"]: p for p in self.points if p["setting"] == name}
-                test_time = None
-                if eq.epsilon is not None:  # the test-time utility, interpolated as the train-time one
-                    lo, hi = eq.bracket
-                    a, b = pts[lo], pts[hi]
-                    test_time = fm.log_interpolate(eq.epsilon, lo, hi, a[f"test-time_{m}"], b[f"test-time_{m}"])
-                rows.append(
-                    {
-                        "setting": name,
-                        "mechanism": next(p["mechanism"] for p in self.points if p["setting"] == name),
-                        "target": label,
-                        "figure": figure,
-                        "target_value": target,
-                        "epsilon": eq.epsilon,
-                        "epsilon_conservative": eq.epsilon_conservative,
-                        "status": eq.status,
-                        "bracket_lo": eq.bracket[0],
-                        "bracket_hi": eq.bracket[1],
-                        "train_time": eq.utility,
-                        "train_time_lo": eq.utility_low,
-                        "train_time_hi": eq.utility_high,
-                        "test_time": test_time,
-                        "refine": list(eq.refine),
-                    }
-                )
-        return rows
-
-    def refinements(self) -> list[MechanismSpec]:
-        """The extra ε points where the re-identification target falls between two measured points: the
-        interpolated crossing (3 significant digits), measured in the next round unless a measured point
-        lies within 2% of it."""
-        measured = {(p["setting"], p["epsilon"]) for p in self.points}
-        first = {p["setting"]: p["spec"] for p in self.points}
-        extra: list[MechanismSpec] = []
-        for row in self.equal_privacy():
-            # The re-identification target only, at the interpolated crossing: one point per mechanism and
-            # round (outside the grid the report says which way to extend it).
-            if row["figure"] != "top1" or row["epsilon"] is None:
-                continue
-            e = float(f"{row['epsilon']:.3g}")
-            near = any(abs(math.log(e / m)) <= 0.02 for name, m in measured if name == row["setting"])
-            if not near:
-                measured.add((row["setting"], e))
-                extra.append(with_epsilon(first[row["setting"]], e))
-        return extra
-
-    # --- the choice ------------------------------------------------------------------------------
-
-    def loss(self, p: dict[str, Any]) -> float:
-        """Baseline minus the mean utility metric, the larger of the two modes (calibrate's quantity)."""
-        m = self.config.utility_metric
-        return max(self.baseline[m] - p[f"{mode}_{m}"] for mode in utility.MODES)
-
-    def recommend(self) -> tuple[dict[str, Any] | None, str]:
-        """The recommended setting and why; or None and where the feasible region would lie.
-
-        With bounds (``--max-utility-loss``, ``--max-reidentification``): the most private measured
-        setting meeting both, the re-identification judged by the upper end of its 95% interval
-        (the figure never understates the attacker). Without: the best utility among the settings
-        whose top-1 interval lies below ``--target-reidentification``."""
-        c = self.config
-        max_reid = c.max_reidentification if c.max_reidentification is not None else c.target_reidentification
-        max_loss = c.max_utility_loss
-        private = lambda p: p["top1_hi"] <= max_reid  # noqa: E731
-        useful = lambda p: max_loss is None or self.loss(p) <= max_loss  # noqa: E731
-        ok = [p for p in self.points if private(p) and useful(p)]
-        bounds = f"top-1 re-identification ≤ {100 * max_reid:g}% (upper end of its 95% interval)"
-        if max_loss is not None:
-            bounds += f", {c.utility_metric} loss ≤ {max_loss:g} (baseline minus the mean, the worse mode)"
-        if ok:
-            if c.max_utility_loss is not None:
-                best = min(ok, key=lambda p: (p["top1"], self.loss(p), p["epsilon"]))
-                how = "the lowest re-identification among the settings meeting every bound"
-            else:
-                best = min(ok, key=lambda p: (self.loss(p), p["top1"], p["epsilon"]))
-                how = "the best utility among the settings meeting the re-identification bound"
-            return best, f"Bounds: {bounds}. **Recommended: {best['setting']}, ε = {best['epsilon']:g}**: {how}."
-        judged = [
-            {
-                "setting": p["setting"],
-                "epsilon": p["epsilon"],
-                "utility_loss": self.loss(p),
-                "reidentification": p["top1_hi"],
-            }
-            for p in self.points
-        ]
-        hint = feasible_region(judged, max_loss, max_reid)
-        return None, f"Bounds: {bounds}. **No setting of the grid meets them.** {hint}"
+    def analysis(self) -> Analysis:
+        """The analysis of the points measured so far (``dpspark.evaluation.compare_analysis``)."""
+        return Analysis(self.points, self.config, self.baseline)
 
     # --- the outputs -----------------------------------------------------------------------------
 
@@ -397,8 +273,9 @@ class Comparison:
     def publish(self) -> dict[str, Any]:
         c, local = self.config, self.out.local
         m = c.utility_metric
-        chosen, why = self.recommend()
-        equal = self.equal_privacy()
+        analysis = self.analysis()
+        chosen, why = analysis.recommend()
+        equal = analysis.equal_privacy()
         table = self.table()
         pq.write_table(table, local / "compare.parquet")
         pq.write_table(pa.Table.from_pylist(equal), local / "equal_privacy.parquet")

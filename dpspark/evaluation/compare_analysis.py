@@ -1,0 +1,172 @@
+"""``dpspark compare``'s analysis: pure functions of the measured points (no Spark, no I/O).
+
+From the rows of ``compare.parquet`` (one per setting measured, with its ``spec``), the settings
+and the baseline: the equal-privacy crossings, where the refinement rounds aim, and the
+recommendation under the user's bounds. ``dpspark.spark.compare`` measures the points and calls
+these; the unit tests call them on points of their own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dpspark import mechanisms, utility
+from dpspark.evaluation import field_metrics as fm
+from dpspark.mechanisms import MechanismSpec
+from dpspark.stats import feasible_region
+
+
+def with_epsilon(spec: MechanismSpec, epsilon: float) -> MechanismSpec:
+    """The same setting at another ε (a refinement point)."""
+    return mechanisms.parse({**spec.parameters(), "epsilon": float(epsilon)})
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The measured points (``compare.parquet``'s rows with their ``spec``), the comparison's settings
+    (``CompareConfig``) and the non-private baseline's figures."""
+
+    points: list[dict[str, Any]]
+    config: Any
+    baseline: dict[str, float]
+
+    # --- equal empirical privacy ---------------------------------------------------------------
+
+    def targets(self) -> list[tuple[str, str, float]]:
+        """(label, the point's figure, target): top-1 re-identification and the mean Nw as a share of K."""
+        c = self.config
+        return [
+            (f"top-1 ≤ {100 * c.target_reidentification:g}%", "top1", c.target_reidentification),
+            (f"Nw ≤ {100 * c.target_nw_fraction:g}% of K", "nw_fraction", c.target_nw_fraction),
+        ]
+
+    def curves(self, figure: str) -> dict[str, list[fm.GridPoint]]:
+        m = self.config.utility_metric
+        out: dict[str, list[fm.GridPoint]] = {}
+        for p in self.points:
+            lo, hi = p.get(f"{figure}_lo"), p.get(f"{figure}_hi")
+            out.setdefault(p["setting"], []).append(
+                fm.GridPoint(
+                    p["epsilon"],
+                    p[figure],
+                    lo,
+                    hi,
+                    p[f"train-time_{m}"],
+                    p[f"train-time_{m}_lo"],
+                    p[f"train-time_{m}_hi"],
+                )
+            )
+        return out
+
+    def equal_privacy(self) -> list[dict[str, Any]]:
+        """One row per (setting series, target): the ε that meets it and the utility there, both modes."""
+        m, rows = self.config.utility_metric, []
+        for label, figure, target in self.targets():
+            found = fm.equal_privacy(self.curves(figure), target)
+            for name, eq in found.items():
+                pts = {p["epsilon"]: p for p in self.points if p["setting"] == name}
+                test_time = None
+                if eq.epsilon is not None:  # the test-time utility, interpolated as the train-time one
+                    lo, hi = eq.bracket
+                    a, b = pts[lo], pts[hi]
+                    test_time = fm.log_interpolate(eq.epsilon, lo, hi, a[f"test-time_{m}"], b[f"test-time_{m}"])
+                rows.append(
+                    {
+                        "setting": name,
+                        "mechanism": next(p["mechanism"] for p in self.points if p["setting"] == name),
+                        "target": label,
+                        "figure": figure,
+                        "target_value": target,
+                        "epsilon": eq.epsilon,
+                        "epsilon_conservative": eq.epsilon_conservative,
+                        "status": eq.status,
+                        "bracket_lo": eq.bracket[0],
+                        "bracket_hi": eq.bracket[1],
+                        "train_time": eq.utility,
+                        "train_time_lo": eq.utility_low,
+                        "train_time_hi": eq.utility_high,
+                        "test_time": test_time,
+                        "refine": list(eq.refine),
+                    }
+                )
+        return rows
+
+    def aims(self) -> list[tuple[str, dict[str, list[fm.GridPoint]], float]]:
+        """What the refinement rounds aim at, as (figure, curves, target), each curve's crossing of its
+        target: the user's bounds where given (top-1 re-identification at ``--max-reidentification``;
+        the utility loss at ``--max-utility-loss``, as utility − baseline of the worse mode reaching
+        −bound), else the re-identification target of equal privacy."""
+        c = self.config
+        if c.max_reidentification is None and c.max_utility_loss is None:
+            return [("top1", self.curves("top1"), c.target_reidentification)]
+        out = []
+        if c.max_reidentification is not None:
+            out.append(("top1", self.curves("top1"), c.max_reidentification))
+        if c.max_utility_loss is not None:
+            gains: dict[str, list[fm.GridPoint]] = {}
+            for p in self.points:
+                gains.setdefault(p["setting"], []).append(fm.GridPoint(p["epsilon"], -self.loss(p)))
+            out.append(("utility", gains, -c.max_utility_loss))
+        return out
+
+    def refinements(self) -> list[MechanismSpec]:
+        """The extra ε points where an aim (``aims``) falls between two measured points: the interpolated
+        crossing (3 significant digits), measured in the next round unless a measured point lies within
+        2% of it. Outside the grid the report says which way to extend it."""
+        measured = {(p["setting"], p["epsilon"]) for p in self.points}
+        first = {p["setting"]: p["spec"] for p in self.points}
+        extra: list[MechanismSpec] = []
+        for _, curves, target in self.aims():
+            for name, eq in fm.equal_privacy(curves, target).items():
+                if eq.epsilon is None:
+                    continue
+                e = float(f"{eq.epsilon:.3g}")
+                if not any(abs(math.log(e / m)) <= 0.02 for n, m in measured if n == name):
+                    measured.add((name, e))
+                    extra.append(with_epsilon(first[name], e))
+        return extra
+
+    # --- the choice ------------------------------------------------------------------------------
+
+    def loss(self, p: dict[str, Any]) -> float:
+        """Baseline minus the mean utility metric, the larger of the two modes (calibrate's quantity)."""
+        m = self.config.utility_metric
+        return max(self.baseline[m] - p[f"{mode}_{m}"] for mode in utility.MODES)
+
+    def recommend(self) -> tuple[dict[str, Any] | None, str]:
+        """The recommended setting and why; or None and where the feasible region would lie.
+
+        With bounds (``--max-utility-loss``, ``--max-reidentification``): the most private measured
+        setting meeting both, the re-identification judged by the upper end of its 95% interval
+        (the figure never understates the attacker). Without: the best utility among the settings
+        whose top-1 interval lies below ``--target-reidentification``."""
+        c = self.config
+        max_reid = c.max_reidentification if c.max_reidentification is not None else c.target_reidentification
+        max_loss = c.max_utility_loss
+        private = lambda p: p["top1_hi"] <= max_reid  # noqa: E731
+        useful = lambda p: max_loss is None or self.loss(p) <= max_loss  # noqa: E731
+        ok = [p for p in self.points if private(p) and useful(p)]
+        bounds = f"top-1 re-identification ≤ {100 * max_reid:g}% (upper end of its 95% interval)"
+        if max_loss is not None:
+            bounds += f", {c.utility_metric} loss ≤ {max_loss:g} (baseline minus the mean, the worse mode)"
+        if ok:
+            if c.max_utility_loss is not None:
+                best = min(ok, key=lambda p: (p["top1"], self.loss(p), p["epsilon"]))
+                how = "the lowest re-identification among the settings meeting every bound"
+            else:
+                best = min(ok, key=lambda p: (self.loss(p), p["top1"], p["epsilon"]))
+                how = "the best utility among the settings meeting the re-identification bound"
+            return best, f"Bounds: {bounds}. **Recommended: {best['setting']}, ε = {best['epsilon']:g}**: {how}."
+        judged = [
+            {
+                "setting": p["setting"],
+                "epsilon": p["epsilon"],
+                "utility_loss": self.loss(p),
+                "reidentification": p["top1_hi"],
+            }
+            for p in self.points
+        ]
+        hint = feasible_region(judged, max_loss, max_reid)
+        return None, f"Bounds: {bounds}. **No setting of the grid meets them.** {hint}"

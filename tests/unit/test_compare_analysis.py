@@ -1,0 +1,80 @@
+"""compare's analysis without a JVM (``dpspark.evaluation.compare_analysis``): where the refinement
+rounds aim, and the recommendation, on points made here."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from dpspark.evaluation.compare_analysis import Analysis
+from dpspark.mechanisms import parse
+
+BASELINE = {"accuracy": 0.95}
+
+
+def settings(**bounds):
+    values = {
+        "target_reidentification": 0.10,
+        "target_nw_fraction": 0.20,
+        "utility_metric": "accuracy",
+        "max_reidentification": None,
+        "max_utility_loss": None,
+    }
+    return SimpleNamespace(**{**values, **bounds})
+
+
+def point(name, epsilon, top1, accuracy):
+    spec = parse({"name": name, "epsilon": epsilon})
+    p = {"spec": spec, "mechanism": name, "setting": spec.series_label(), "epsilon": epsilon}
+    p.update(top1=top1, top1_lo=top1, top1_hi=top1, nw_fraction=top1, nw_fraction_lo=top1, nw_fraction_hi=top1)
+    for mode in ("train-time", "test-time"):
+        p.update({f"{mode}_accuracy": accuracy, f"{mode}_accuracy_lo": accuracy, f"{mode}_accuracy_hi": accuracy})
+    return p
+
+
+# top-1 0.02 → 0.30 and accuracy 0.60 → 0.94 from ε = 1 to 10, one mechanism
+POINTS = [point("santext", 1.0, 0.02, 0.60), point("santext", 10.0, 0.30, 0.94)]
+
+
+def crossing(lo, hi, at):
+    """log-linear interpolation between ε = 1 and 10 of a figure going lo → hi, where it equals ``at``."""
+    return float(f"{math.exp(math.log(10) * (at - lo) / (hi - lo)):.3g}")
+
+
+def test_without_bounds_the_refinement_aims_at_the_equal_privacy_target():
+    (extra,) = Analysis(POINTS, settings(), BASELINE).refinements()
+    assert extra.name == "santext" and extra.epsilon == crossing(0.02, 0.30, 0.10)
+
+
+def test_the_refinement_aims_at_the_users_reidentification_bound():
+    (extra,) = Analysis(POINTS, settings(max_reidentification=0.2), BASELINE).refinements()
+    assert extra.epsilon == crossing(0.02, 0.30, 0.20) != crossing(0.02, 0.30, 0.10)
+
+
+def test_the_refinement_aims_at_the_utility_bound_too():
+    got = Analysis(POINTS, settings(max_reidentification=0.2, max_utility_loss=0.05), BASELINE).refinements()
+    # utility − baseline goes −0.35 → −0.01 and reaches −0.05 at:
+    assert [e.epsilon for e in got] == [crossing(0.02, 0.30, 0.20), crossing(-0.35, -0.01, -0.05)]
+
+
+def test_a_crossing_already_measured_within_two_percent_is_not_measured_again():
+    near = crossing(0.02, 0.30, 0.20) * 1.01
+    points = [*POINTS, point("santext", near, 0.2, 0.9)]
+    assert Analysis(points, settings(max_reidentification=0.2), BASELINE).refinements() == []
+
+
+def test_the_recommendation_meets_both_bounds_or_says_where_they_could_be_met():
+    chosen, why = Analysis(POINTS, settings(max_reidentification=0.35, max_utility_loss=0.05), BASELINE).recommend()
+    assert chosen["epsilon"] == 10.0 and "Recommended: santext, ε = 10" in why
+    chosen, why = Analysis(POINTS, settings(max_reidentification=0.2, max_utility_loss=0.05), BASELINE).recommend()
+    assert chosen is None and "No setting of the grid meets them" in why
+
+
+@pytest.mark.parametrize("target", [0.05, 0.25])
+def test_equal_privacy_rows_carry_the_crossing_inside_the_grid(target):
+    rows = Analysis(POINTS, settings(target_reidentification=target), BASELINE).equal_privacy()
+    (row,) = [r for r in rows if r["figure"] == "top1"]
+    assert row["epsilon"] == pytest.approx(crossing(0.02, 0.30, target), rel=5e-3)
+    assert row["bracket_lo"] == 1.0 and row["bracket_hi"] == 10.0
