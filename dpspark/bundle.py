@@ -265,8 +265,28 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
     return Resources(settings, vectors, words, rows, a_by, index, artefacts)
 
 
-def perturber_from(res: Resources) -> TextPerturber:
-    """The executor's TextPerturber from a release's bundle (its one setting)."""
+class VocabularyOnly(mechanisms.WordMechanism):
+    """No noise: every word becomes its nearest vocabulary word (itself when it is one). What the
+    vocabulary alone does to a text, the limit ε → ∞ of every mechanism that outputs the nearest word
+    (compare's "vocabulary only" row); an evaluation's reference, never a release. It has no spec:
+    no ε, no parameters."""
+
+    def __init__(self, space: mechanisms.Space) -> None:
+        super().__init__(space, None)
+
+    def sample(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        out, found = self.space.positions(rows)
+        if not found.all():
+            out[~found] = self.space.index.query(np.asarray(self.vectors[rows[~found]], dtype=np.float64))
+        return out
+
+
+def perturber_from(res: Resources, vocabulary_only: bool = False) -> TextPerturber:
+    """The executor's TextPerturber from a release's bundle (its one setting); with ``vocabulary_only``
+    the same text path with ``VocabularyOnly`` in place of the setting's mechanism."""
     s = res.settings
     (mech,) = res.mechanisms()
+    if vocabulary_only:
+        mech = VocabularyOnly(res.space())
     return TextPerturber(mech, res.words, s["oov"], s["oov_token"], layout=s["layout"])

@@ -231,7 +231,7 @@ class TextPerturber:
     @property
     def term_frequencies(self) -> bool:
         """Whether the mechanism releases synthetic documents (``perturb_documents``) instead of tokens."""
-        return self.mechanism.spec.term_frequencies
+        return self.mechanism.spec is not None and self.mechanism.spec.term_frequencies
 
     def perturb_documents(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, pa.Array, np.ndarray]:
         """SynTF's synthetic document of each row: n words, each the mechanism's draw from a word taken

@@ -143,6 +143,7 @@ class Comparison:
             self.fitted_plain = self.model.fit(self.train, self.base_bundle)
             self.baseline = self.model.score(self.fitted_plain, self.test, self.base_bundle)
             self.corpus = self.corpus_facts()
+            self.vocabulary_only = self.measure_vocabulary_only()
             self.timings["baseline_s"] = time.perf_counter() - t0
 
             self.measure(preps, "grid")
@@ -219,6 +220,27 @@ class Comparison:
             point["stage"] = stage
             self.points.append(point)
             progress.report(i + 1, (i + 1) / len(preps))
+
+    def measure_vocabulary_only(self) -> dict[str, float]:
+        """The utility at ε = ∞, both modes: every word replaced by its nearest vocabulary word (itself
+        when it is one), every token without a vector by the placeholder, no noise
+        (``dpspark.bundle.VocabularyOnly``). What the vocabulary alone costs: no ε does better."""
+        describe(self.spark, "compare", "vocabulary only (ε = ∞)", self.out.run_id)
+        out: dict[str, float] = {}
+        for mode in utility.MODES:
+            testing = mode == "test-time"
+            run_id = io.new_run_id()
+            data = self.test if testing else self.train
+            key = derive_key(self.master, "vocabulary-only", mode)
+            text = perturb(data, self.base_bundle, key, [TEXT], False, run_id, vocabulary_only=True)
+            text = text.drop(*count_columns(run_id)).persist(StorageLevel.MEMORY_ONLY)  # raw text: never on disk
+            try:
+                fitted = self.fitted_plain if testing else self.model.fit(text, self.base_bundle)
+                scores = self.model.score(fitted, text if testing else self.test, self.base_bundle)
+            finally:
+                text.unpersist()
+            out.update({f"{mode}_{m}": scores[m] for m in self.metrics})
+        return out
 
     def point(self, prep: Prepared, scores: dict, sums: Any, risk_row: dict) -> dict[str, Any]:
         """One row of compare.parquet: the setting, its guarantee, utility, re-identification, metrics."""
@@ -315,6 +337,7 @@ class Comparison:
             "skipped": self.skipped,
             "equal_privacy": equal,
             "corpus": self.corpus,
+            "vocabulary_only": self.vocabulary_only,
             "embeddings": {"name": self.emb.name, "sha256": self.emb.sha256, "words": len(self.emb)},
             "vocabulary": {"size": int(len(self.first.vocab_rows))},
             "noise": "seeded (--seed): reproducible, tests and experiments only"
@@ -347,12 +370,15 @@ class Comparison:
                 f"vocabulary {len(self.first.vocab_rows)} words. Model {c.model}; R = {c.repeats} perturbations per "
                 f"setting; re-identification from K = {c.runs} runs per corpus word over {corpus['words_measured']} "
                 f"corpus words ({100 * corpus['token_coverage']:.1f}% of the tokens with a vector).",
-                f"Non-private baseline {m}: {self.baseline[m]:.4f}. {len(self.points)} settings measured; "
+                self.coverage_line(),
+                f"Non-private baseline {m}: {self.baseline[m]:.4f}; vocabulary only (ε = ∞, no noise: each word "
+                f"its nearest vocabulary word) {self.vocabulary_only[f'train-time_{m}']:.4f} train-time, "
+                f"{self.vocabulary_only[f'test-time_{m}']:.4f} test-time. {len(self.points)} settings measured; "
                 f"{sum(p['time_s'] for p in self.points) / len(self.points):.1f} s per setting on average.",
                 PRIVACY_NOTE,
             ],
         )
-        rec = cr.Section("Recommendation", [why])
+        rec = cr.Section("Recommendation", [why, *self.vocabulary_hint()])
         plot = cr.Section(
             "Privacy–utility frontier",
             [
@@ -414,6 +440,10 @@ class Comparison:
                     f"{p['time_s']:.1f}",
                 ]
             )
+        v = self.vocabulary_only
+        utility_rows.insert(
+            0, ["vocabulary only", "∞", *(f"{v[f'{mode}_{m}']:.3f}" for mode in utility.MODES), "–", "–", "–", "–"]
+        )
         every = cr.Section(
             "Every setting measured",
             [
@@ -478,6 +508,33 @@ class Comparison:
         )
         return [data, rec, plot, eq, every, guarantees, examples, cr.Section("Definitions", self.definitions())]
 
+    def coverage_line(self) -> str:
+        corpus = self.corpus
+        return (
+            f"Vocabulary coverage: {100 * corpus['vocabulary_coverage']:.1f}% of the corpus's {corpus['tokens']} "
+            f"tokens are words of the {len(self.first.vocab_rows)}-word vocabulary; "
+            f"{100 * corpus['vector_coverage']:.1f}% have a vector in {self.emb.name}. A mechanism outputs vocabulary "
+            "words only: with no noise (vocabulary only) every other word becomes its nearest vocabulary word, "
+            "and a token without a vector the placeholder. The release must use the same vocabulary as this comparison."
+        )
+
+    def vocabulary_hint(self) -> list[str]:
+        """Where the vocabulary alone costs more than the utility bound allows (or, without one, more than
+        a point of the metric): say so, since no ε can give back what the vocabulary takes."""
+        c, m = self.config, self.config.utility_metric
+        loss = max(self.baseline[m] - self.vocabulary_only[f"{mode}_{m}"] for mode in utility.MODES)
+        allowed = c.max_utility_loss if c.max_utility_loss is not None else 0.01
+        if loss <= allowed:
+            return []
+        bound = "" if c.max_utility_loss is None else f" (the bound allows {allowed:g})"
+        return [
+            f"**The vocabulary caps utility**: with no noise at all (vocabulary only, ε = ∞) {m} is already "
+            f"{loss:.4f} below the baseline{bound}. Only {100 * self.corpus['vocabulary_coverage']:.1f}% of the "
+            "corpus's tokens are vocabulary words: a larger "
+            "--vocab-size, or --vocab-file with this corpus's words (or --vocab-from-corpus), raises that ceiling; "
+            "a larger ε cannot."
+        ]
+
     def floor_note(self) -> list[str]:
         """A target within 5 points of the attacker's floor says little: any mechanism scores the floor."""
         floor, target = self.corpus["floor_top1"], self.config.target_reidentification
@@ -541,6 +598,8 @@ class Comparison:
                 f"text column {c.text_column!r} has no token with a vector in {self.emb.name}: nothing to measure"
             )
         embedded = [n for n, _ in ranked]
+        vocabulary = set(self.first.vocab_rows.tolist())
+        in_vocabulary = sum(n for n, w in ranked if w in vocabulary)
         measured = embedded[: c.max_words] if c.max_words else embedded
         total = sum(measured)
         # privacy-risk's prior: the measured corpus words (embedding rows) and their token counts
@@ -555,6 +614,9 @@ class Comparison:
             "test_rows": n_test,
             "tokens": sum(counts.values()),
             "tokens_with_vector": sum(embedded),
+            "tokens_in_vocabulary": in_vocabulary,
+            "vocabulary_coverage": in_vocabulary / max(sum(counts.values()), 1),
+            "vector_coverage": sum(embedded) / max(sum(counts.values()), 1),
             "words_measured": len(measured),
             "token_coverage": total / max(sum(embedded), 1),
             "floor_top1": measured[0] / total if total else math.nan,

@@ -92,11 +92,12 @@ def count_columns(run_id: str) -> list[str]:
     return [f"__dpspark_{run_id[:12]}_{n}" for n in COUNT_NAMES]
 
 
-def _perturber(bundle: str) -> TextPerturber:
+def _perturber(bundle: str, vocabulary_only: bool = False) -> TextPerturber:
     res = resources(bundle)
-    if "perturber" not in res.derived:
-        res.derived["perturber"] = perturber_from(res)
-    return res.derived["perturber"]
+    key = "vocabulary-only" if vocabulary_only else "perturber"
+    if key not in res.derived:
+        res.derived[key] = perturber_from(res, vocabulary_only)
+    return res.derived[key]
 
 
 def _task_partition() -> int:
@@ -113,12 +114,13 @@ def _perturb_batches(
     keep: bool,
     counts: list[str],
     tf: bool = False,
+    vocabulary_only: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     partition = _task_partition()
     perturber = None
     for number, batch in enumerate(batches):
         if perturber is None:  # loaded at the first batch: an empty partition loads nothing
-            perturber = _perturber(bundle)
+            perturber = _perturber(bundle, vocabulary_only)
         rng = batch_generator(job_key, partition, number)
         names, arrays = list(batch.schema.names), list(batch.columns)
         totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
@@ -144,10 +146,18 @@ def _perturb_batches(
 
 
 def perturb(
-    df: DataFrame, bundle: str, job_key: bytes, columns: list[str], keep: bool, run_id: str, tf: bool = False
+    df: DataFrame,
+    bundle: str,
+    job_key: bytes,
+    columns: list[str],
+    keep: bool,
+    run_id: str,
+    tf: bool = False,
+    vocabulary_only: bool = False,
 ) -> DataFrame:
     """``df`` with ``columns`` perturbed, ``<col>_tf`` if ``tf`` (SynTF's term frequencies, map<string, int>),
-    ``<col>_original`` if ``keep``, and the hidden count columns."""
+    ``<col>_original`` if ``keep``, and the hidden count columns. ``vocabulary_only``: every word its
+    nearest vocabulary word, no noise (``dpspark.bundle.VocabularyOnly``; evaluations only)."""
     counts = count_columns(run_id)
     fields = list(df.schema.fields)
     if tf:
@@ -157,7 +167,7 @@ def perturb(
     fields += [T.StructField(n, T.LongType(), False) for n in counts]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _perturb_batches(batches, bundle, job_key, columns, keep, counts, tf)
+        return _perturb_batches(batches, bundle, job_key, columns, keep, counts, tf, vocabulary_only)
 
     return map_in_arrow(df, run, fields)
 

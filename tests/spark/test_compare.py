@@ -93,6 +93,15 @@ def test_noise_off_gives_the_known_answers(noise_off):
     for mode in ("train-time", "test-time"):
         assert row[f"{mode}_accuracy"] == pytest.approx(m["baseline"]["accuracy"], abs=1e-12), mode
     assert 0.5 < row["dictionary"] <= 1.0
+    # The vocabulary covers the corpus: the vocabulary only row (ε = ∞) is the baseline, and the report says
+    # how much of the corpus the vocabulary covers.
+    for mode in ("train-time", "test-time"):
+        assert m["vocabulary_only"][f"{mode}_accuracy"] == pytest.approx(m["baseline"]["accuracy"], abs=1e-12), mode
+    corpus = m["corpus"]
+    assert corpus["vocabulary_coverage"] == corpus["tokens_in_vocabulary"] / corpus["tokens"] > 0.9
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert f"Vocabulary coverage: {100 * corpus['vocabulary_coverage']:.1f}% of the corpus's" in report
+    assert "| vocabulary only | ∞ |" in report and "The vocabulary caps utility" not in report
     assert m["files"] == ["compare.parquet", "equal_privacy.parquet", "frontier.png", "report.md", "report.html"]
 
 
@@ -224,6 +233,10 @@ def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path
     assert "add larger ε" not in m["recommendation"]
     assert "no setting of the grid meets" in capsys.readouterr().err
     assert not math.isnan(m["baseline"]["accuracy"])
+    # a 2,000-word vocabulary alone loses more than the 0.0001 allowed: the report says the vocabulary caps it
+    loss = m["baseline"]["accuracy"] - min(m["vocabulary_only"][f"{mode}_accuracy"] for mode in ("train-time", "test-time"))
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert loss > 0.0001 and "**The vocabulary caps utility**" in md and f"{loss:.4f} below the baseline" in md
     # SynTF's synthetic documents (bags of drawn words) get PP and LOW as bags: defined, in range
     rows = {r["mechanism"]: r for r in rows_of(out) if r["epsilon"] == 1}
     assert 0.5 < rows["syntf"]["pp"] <= 1 and 0 <= rows["syntf"]["low"] <= 1

@@ -124,3 +124,18 @@ def test_changed_shared_embedding_is_refused(glove, tmp_path):
 def test_missing_shared_directory_is_a_clear_error(glove, tmp_path):
     with pytest.raises(EmbeddingError, match="does not exist: create it on storage that every executor"):
         save_bundle(tmp_path / "b", _user_embedding(glove), SETTINGS, embeddings_dir=str(tmp_path / "nope"))
+
+
+def test_vocabulary_only_keeps_vocabulary_words_and_maps_the_others_to_their_nearest(glove, tmp_path):
+    """compare's "vocabulary only" row: no noise, every word its nearest vocabulary word (itself when it
+    is one), a token without a vector the placeholder, through the release's own text path."""
+    rows = np.arange(3000)
+    res = load_bundle(save_bundle(tmp_path / "b", glove, SETTINGS, rows, {1.0: np.eye(50)}))
+    p = perturber_from(res, vocabulary_only=True)
+    assert p.mechanism.spec is None and not p.term_frequencies
+    rare = next(w for w in ("zebras", "sunflowers", "kayaking") if glove.word_index[w] >= 3000)
+    v = glove.vectors[glove.word_index[rare]].astype(np.float64)
+    nearest = glove.words[int(np.argmin(np.linalg.norm(glove.vectors[:3000].astype(np.float64) - v, axis=1)))]
+    assert max(glove.word_index[w] for w in "the people said".split()) < 3000
+    out = p.perturb_texts(["the people said", f"a {rare} zzqxv", None], np.random.default_rng(0))
+    assert out == ["the people said", f"a {nearest} [UNK]", None]
