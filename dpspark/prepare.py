@@ -229,6 +229,7 @@ class Prepared:
             "mechanism_parameters": facts["parameters"],
             "guarantee_type": facts["guarantee_type"],
             "guarantee_type_meaning": facts["guarantee_type_meaning"],
+            "guarantee_unit": facts["unit"],
             "paper": facts["paper"],
             "guarantee": guarantee_text(c, facts["guarantee"]),
             "outside_guarantee": [*facts["outside_guarantee"], *outside_guarantee(c)],

@@ -48,6 +48,18 @@ GUARANTEE_TYPES = {
     "(with several lists, the largest such distance over them)",
 }
 
+# The unit of ε of each guarantee type (``MechanismSpec.unit``; a mechanism whose metric is not the
+# Euclidean distance of the embedding says its own).
+UNITS = {
+    "metric": "ε per unit of Euclidean distance between the words' vectors",
+    "umldp": "ε per unit of Euclidean distance between the words' vectors, plus ln(1/p) per token",
+    "group": "ε between two words of one output group (no bound across groups)",
+    "pure": "ε between any two words",
+    "document": "ε per released word; a document of n released words spends n·ε",
+    "none": "none: no bound dpspark can state",
+    "rank": "ε per list position between the words",
+}
+
 # Distance rows (words × V float64) are computed in blocks of at most this many entries (128 MB).
 DISTANCE_ENTRIES = 2**24
 # ... and, inside a block, tile by tile of columns: a tile of about this many bytes stays in the
@@ -408,6 +420,11 @@ class MechanismSpec(BaseModel):
         """The guarantee of one token in words, with this setting's numbers."""
         raise NotImplementedError
 
+    def unit(self, space: Space) -> str:
+        """What one unit of this setting's ε bounds (``UNITS`` by guarantee type), with its numbers where
+        the metric is not the Euclidean distance of the embedding."""
+        return UNITS[self.guarantee_type]
+
     def check_vocabulary(self, size: int) -> None:
         """Refuse (ConfigError) a setting that a vocabulary of ``size`` words cannot take; called on the
         settings before Spark starts (``vocab_size``) and again on the vocabulary itself (``prepare``)."""
@@ -441,6 +458,7 @@ class MechanismSpec(BaseModel):
             "parameters": {**self.parameters(), **self.axes()},  # the values in force, defaults included
             "guarantee_type": self.guarantee_type,
             "guarantee_type_meaning": GUARANTEE_TYPES[self.guarantee_type],
+            "unit": self.unit(space),
             "guarantee": self.guarantee(space),
             "outside_guarantee": self.outside(),
             "paper": self.paper,

@@ -21,7 +21,7 @@ import numpy as np
 
 from dpspark import params
 from dpspark._pydantic import Field, validator
-from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
+from dpspark.mechanisms.base import UNITS, MechanismSpec, Space, WordMechanism
 from dpspark.params import check_epsilon
 
 CHUNK = 8192
@@ -135,6 +135,17 @@ class _NoiseSpec(MechanismSpec):
 
     def build(self, space: Space) -> WordMechanism:
         return NoiseMechanism(space, self, space.a(self.lam))
+
+    def unit(self, space: Space) -> str:
+        """Euclidean for λ = 0 (Laplace); else the regularized Mahalanobis norm, whose ε per unit of
+        Euclidean distance is up to ε / sqrt(λ·ξ_min + 1 − λ)."""
+        if self.lam == 0:
+            return UNITS[self.guarantee_type]
+        factor = space.geometry(self.lam).euclidean_epsilon(1.0)
+        return (
+            f"ε per unit of the regularized Mahalanobis distance ||·||_RM (λ = {self.lam:g}): per unit of Euclidean "
+            f"distance up to {factor:.3g}·ε"
+        )
 
     def guarantee(self, space: Space) -> str:
         g = space.geometry(self.lam)

@@ -218,6 +218,9 @@ class Vickrey(MechanismSpec):
     def build(self, space: Space) -> WordMechanism:
         return VickreySampler(space, self, space.a(self.lam))
 
+    def unit(self, space: Space) -> str:
+        return _NoiseSpec.unit(self, space)  # type: ignore[arg-type]
+
     def guarantee(self, space: Space) -> str:
         return _NoiseSpec.guarantee(self, space) + (  # type: ignore[arg-type]
             f" The choice between the two nearest words of the noisy vector (t = {self.t:g}) is post-processing of "

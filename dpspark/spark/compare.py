@@ -491,11 +491,7 @@ class Comparison:
                 + "; ".join(f"{k['setting']} at ε = {k['epsilon']:g}: {k['reason']}" for k in self.skipped)
                 + "."
             )
-        guarantees = cr.Section(
-            "Guarantees in words",
-            [f"**{n}** ({REGISTRY[n].guarantee_type}): {GUARANTEE_TYPES[REGISTRY[n].guarantee_type]}." for n in names]
-            + report.guarantee_note(names)[:1],
-        )
+        guarantees = cr.Section("Guarantees in words", self.guarantee_lines(names))
         shown = chosen or min(self.points, key=lambda p: (p["top1_hi"], -p[f"train-time_{m}"]))
         examples = cr.Section(
             "Before and after",
@@ -507,6 +503,23 @@ class Comparison:
             [cr.Table(["original", "perturbed"], [[a, b or ""] for a, b in zip(self.examples, shown["examples"])])],
         )
         return [data, rec, plot, eq, every, guarantees, examples, cr.Section("Definitions", self.definitions())]
+
+    def guarantee_lines(self, names: list[str]) -> list[str]:
+        """Each mechanism's guarantee type, then each series' unit of ε (Mahalanobis' is its own metric's):
+        settings compare on ε only where both agree."""
+        lines = [
+            f"**{n}** ({REGISTRY[n].guarantee_type}): {GUARANTEE_TYPES[REGISTRY[n].guarantee_type]}." for n in names
+        ]
+        units = {p["setting"]: (p["guarantee_type"], p["spec"].unit(self.first.space)) for p in self.points}
+        lines += [f"Unit of ε, **{series}**: {unit}." for series, (_, unit) in units.items()]
+        if len(set(units.values())) == 1:
+            lines.append("Every setting here has the same guarantee type and unit of ε: ε is one scale across them.")
+        else:
+            lines.append(
+                "ε is not one scale across these settings (their guarantee types or units differ): compare them on "
+                "the empirical figures (re-identification, Nw, utility) and at equal empirical privacy, not on ε."
+            )
+        return lines
 
     def coverage_line(self) -> str:
         corpus = self.corpus

@@ -210,6 +210,8 @@ def test_the_report_has_every_section_and_embeds_its_plot(two_mechanisms):
     assert "](frontier.png)" in md and 'src="data:image/png;base64,' in html and "https://" not in html
     assert (out / "frontier.png").read_bytes()[:4] == b"\x89PNG"
     assert "PUC" in md and "could not be checked" in md  # the composite says what it is
+    # laplace and tem: the same guarantee type and unit (Euclidean), each series' unit stated
+    assert "Unit of ε, **laplace**: ε per unit of Euclidean distance" in md and "ε is one scale across them" in md
     # three rows before and after, the recommended setting's (or the most private one's)
     assert md.count("| original | perturbed |") == 1
 
