@@ -170,3 +170,19 @@ class Analysis:
         ]
         hint = feasible_region(judged, max_loss, max_reid)
         return None, f"Bounds: {bounds}. **No setting of the grid meets them.** {hint}"
+
+    def nearest_feasible(self) -> dict[str, Any]:
+        """Without a recommendation, the measured setting nearest to meeting the bounds (the
+        re-identification bound, or the target without one, judged by the upper end of the interval;
+        and the utility bound where given): the smallest sum of each bound's shortfall relative to the
+        bound; ties to the better utility."""
+        c = self.config
+        max_reid = c.max_reidentification if c.max_reidentification is not None else c.target_reidentification
+
+        def shortfall(p: dict[str, Any]) -> tuple[float, float]:
+            miss = max(0.0, p["top1_hi"] - max_reid) / max(max_reid, 1e-9)
+            if c.max_utility_loss is not None:
+                miss += max(0.0, self.loss(p) - c.max_utility_loss) / max(c.max_utility_loss, 1e-9)
+            return miss, self.loss(p)
+
+        return min(self.points, key=shortfall)

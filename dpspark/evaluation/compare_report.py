@@ -112,10 +112,14 @@ def frontier_figure(
     floor: float | None,
     target: float | None,
     chosen: dict[str, Any] | None = None,
+    max_reidentification: float | None = None,
+    max_utility_loss: float | None = None,
 ):  # noqa: ANN201
     """Utility against top-1 re-identification, one line per setting series (ε along it, labelled),
     95% intervals as error bars; one panel per evaluation mode. The non-private baseline (dashed),
-    the attacker's prior-only floor (dotted) and the equal-privacy target (grey) as reference lines."""
+    the attacker's prior-only floor (dotted) and the equal-privacy target (grey) as reference lines;
+    the user's bounds (red) where given: the feasible region is left of the re-identification bound
+    and above the utility bound."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -150,6 +154,18 @@ def frontier_figure(
             )
         if target is not None:
             ax.axvline(target, color="grey", linewidth=1, alpha=0.6, label=f"equal-privacy target ({target:g})")
+        if max_reidentification is not None:
+            ax.axvline(
+                max_reidentification, color="red", linewidth=1.2, label=f"bound: top-1 ≤ {max_reidentification:g}"
+            )
+        if max_utility_loss is not None:
+            ax.axhline(
+                baseline - max_utility_loss,
+                color="red",
+                linestyle="-.",
+                linewidth=1.2,
+                label=f"bound: {metric} loss ≤ {max_utility_loss:g}",
+            )
         if chosen is not None:
             ax.scatter(
                 [chosen["top1"]],

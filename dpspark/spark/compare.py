@@ -183,7 +183,10 @@ class Comparison:
         t0 = time.perf_counter()
         describe(self.spark, "compare", f"{stage}: re-identification of {len(preps)} settings", self.out.run_id)
         risks = self.reidentification(preps)
+        phase = "grid" if stage == "grid" else "refinement"
+        self.add_time(f"{phase}_reidentification_s", time.perf_counter() - t0)
         risk_share = (time.perf_counter() - t0) / len(preps)
+        started = time.perf_counter()
         progress = Progress("compare", len(preps))
         for i, prep in enumerate(preps):
             spec = prep.spec
@@ -220,6 +223,10 @@ class Comparison:
             point["stage"] = stage
             self.points.append(point)
             progress.report(i + 1, (i + 1) / len(preps))
+        self.add_time(f"{phase}_utility_s", time.perf_counter() - started)
+
+    def add_time(self, key: str, seconds: float) -> None:
+        self.timings[key] = self.timings.get(key, 0.0) + seconds
 
     def measure_vocabulary_only(self) -> dict[str, float]:
         """The utility at ε = ∞, both modes: every word replaced by its nearest vocabulary word (itself
@@ -302,7 +309,15 @@ class Comparison:
         pq.write_table(table, local / "compare.parquet")
         pq.write_table(pa.Table.from_pylist(equal), local / "equal_privacy.parquet")
         frontier = cr.write_frontier(
-            local, self.points, m, self.baseline[m], self.corpus["floor_top1"], c.target_reidentification, chosen
+            local,
+            self.points,
+            m,
+            self.baseline[m],
+            self.corpus["floor_top1"],
+            c.target_reidentification,
+            chosen,
+            max_reidentification=c.max_reidentification,
+            max_utility_loss=c.max_utility_loss,
         )
         title = "Comparison of word mechanisms"
         sections = self.sections(chosen, why, equal, frontier)
@@ -492,12 +507,12 @@ class Comparison:
                 + "."
             )
         guarantees = cr.Section("Guarantees in words", self.guarantee_lines(names))
-        shown = chosen or min(self.points, key=lambda p: (p["top1_hi"], -p[f"train-time_{m}"]))
+        shown = chosen or self.analysis().nearest_feasible()
         examples = cr.Section(
             "Before and after",
             [
                 f"{len(self.examples)} rows of the test split, perturbed by "
-                f"{'the recommended setting' if chosen else 'the most private setting measured (no recommendation)'}: "
+                f"{'the recommended setting' if chosen else 'the setting nearest to the bounds (no recommendation)'}: "
                 f"{shown['setting']}, ε = {shown['epsilon']:g}."
             ],
             [cr.Table(["original", "perturbed"], [[a, b or ""] for a, b in zip(self.examples, shown["examples"])])],

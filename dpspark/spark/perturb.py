@@ -129,7 +129,7 @@ def unchanged_warning(prepared: Prepared) -> dict[str, Any]:
             f"1 - p = {1 - m.p:g}): raise --p, or protect more words with --sensitive-fraction"
         )
     else:
-        fix = 'choose a smaller epsilon (see docs/choosing-epsilon.md, or run dpspark compare on your data)'
+        fix = "choose a smaller epsilon (see docs/choosing-epsilon.md, or run dpspark compare on your data)"
     if share > UNCHANGED_WARNING:
         warnings.warn(
             f"at epsilon {c.epsilon:g} {c.mechanism} releases about {100 * share:.0f}% of tokens unchanged ({how}, "

@@ -78,3 +78,11 @@ def test_equal_privacy_rows_carry_the_crossing_inside_the_grid(target):
     (row,) = [r for r in rows if r["figure"] == "top1"]
     assert row["epsilon"] == pytest.approx(crossing(0.02, 0.30, target), rel=5e-3)
     assert row["bracket_lo"] == 1.0 and row["bracket_hi"] == 10.0
+
+
+def test_without_a_recommendation_before_and_after_shows_the_setting_nearest_to_the_bounds():
+    points = [*POINTS, point("tem", 5.0, 0.22, 0.80)]
+    a = Analysis(points, settings(max_reidentification=0.2, max_utility_loss=0.05), BASELINE)
+    assert a.recommend()[0] is None
+    # santext ε=1: 0 over the re-identification bound, 0.30 over the 0.05 loss; tem ε=5: 0.1 and 2; santext ε=10: 0.5, 0
+    assert (a.nearest_feasible()["mechanism"], a.nearest_feasible()["epsilon"]) == ("santext", 10.0)

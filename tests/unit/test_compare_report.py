@@ -81,3 +81,18 @@ def test_a_setting_without_its_epsilon_names_one_series_and_its_mlflow_metrics()
         assert spec.series_label() == mechanisms.parse({**given, "epsilon": 2}).series_label()  # ε left out
     assert _mlflow_key("mahalanobis_λ=0.5_eps_1e+06/top1") == "mahalanobis_lambda_0.5_eps_1e06/top1"
     assert _mlflow_key("tem_β=0.001_eps_5/train-time_accuracy") == "tem_beta_0.001_eps_5/train-time_accuracy"
+
+
+def test_the_frontier_draws_the_users_bounds():
+    points = [point("laplace", e, t, a) for e, t, a in ((1, 0.05, 0.86), (5, 0.1, 0.9))]
+    labels = lambda fig: fig.axes[0].get_legend_handles_labels()[1]  # noqa: E731
+    plain = labels(cr.frontier_figure(points, "accuracy", 0.98, 0.04, 0.1))
+    assert not any(label.startswith("bound:") for label in plain)
+    bounded = labels(cr.frontier_figure(points, "accuracy", 0.98, 0.04, 0.1, None, 0.2, 0.05))
+    assert "bound: top-1 ≤ 0.2" in bounded and "bound: accuracy loss ≤ 0.05" in bounded
+    lines = {
+        round(line.get_ydata()[0], 6)
+        for line in cr.frontier_figure(points, "accuracy", 0.98, 0.04, 0.1, None, 0.2, 0.05).axes[0].get_lines()
+        if line.get_linestyle() == "-."
+    }
+    assert lines == {0.93}  # baseline − the utility bound
