@@ -827,6 +827,27 @@ class CompareConfig(EvaluateUtilityConfig, RiskConfig):
     pp_tokens: int | None = Field(
         default=None, ge=1, description="PP over each document's first N tokens (default: every token)"
     )
+    solve: bool = Field(
+        default=False,
+        description="per mechanism, search the ε where each bound is met to --solve-tolerance (a bracketing "
+        "search in log ε over measured points; needs --max-reidentification or --max-utility-loss; replaces "
+        "--refine)",
+    )
+    solve_tolerance: float = Field(
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="--solve: a bound is met to this: top-1 (the upper end of its interval) or the utility loss, "
+        "within it below the bound (0.01)",
+    )
+    solve_rounds: int = Field(default=6, ge=1, le=20, description="--solve: at most this many rounds of points (6)")
+
+    @whole
+    def _solve_needs_a_bound(self) -> None:
+        if self.solve and self.max_reidentification is None and self.max_utility_loss is None:
+            raise ValueError(
+                "--solve searches the ε that meets a bound: give --max-reidentification and/or --max-utility-loss"
+            )
 
     @after("utility_metric")
     def _utility_metric(cls, v: str) -> str:
@@ -912,6 +933,9 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "target_reidentification",
         "target_nw_fraction",
         "refine",
+        "solve",
+        "solve_tolerance",
+        "solve_rounds",
     ),
     "grid and words measured": (
         "mechanisms",

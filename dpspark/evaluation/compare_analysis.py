@@ -186,3 +186,87 @@ class Analysis:
             return miss, self.loss(p)
 
         return min(self.points, key=shortfall)
+
+    # --- --solve: the ε that meets each bound, to a tolerance -------------------------------------
+
+    def bounds(self) -> list[tuple[str, float, Any]]:
+        """(name, bound, g) per bound the user gave: g(point) non-decreasing in ε, and the bound met
+        on one side of it: top-1's upper 95% end at most the bound (ε up to the crossing), the utility
+        loss at most the bound (−loss at least −bound: ε from the crossing on)."""
+        c, out = self.config, []
+        if c.max_reidentification is not None:
+            out.append(("top-1 re-identification (upper 95% end)", c.max_reidentification, lambda p: p["top1_hi"]))
+        if c.max_utility_loss is not None:
+            out.append((f"{c.utility_metric} loss", c.max_utility_loss, lambda p: -self.loss(p)))
+        return out
+
+    def solutions(self) -> list[dict[str, Any]]:
+        """Per setting series and bound: the solved ε (the measured point meeting the bound nearest to
+        where it stops being met), its figure, whether it is within ``--solve-tolerance`` of the bound,
+        and every point measured."""
+        tol, rows = self.config.solve_tolerance, []
+        for name, bound, g in self.bounds():
+            utility = name.endswith("loss")
+            for series, pts in self._series().items():
+                value = (lambda p, g=g: -g(p)) if utility else g  # the figure as the user reads it
+                meeting = [p for p in pts if value(p) <= bound + 1e-12]
+                best = (min if utility else max)(meeting, key=lambda p: p["epsilon"]) if meeting else None
+                solved = best is not None and bound - value(best) <= tol
+                rows.append(
+                    {
+                        "setting": series,
+                        "bound": name,
+                        "bound_value": bound,
+                        "epsilon": None if best is None else best["epsilon"],
+                        "value": None if best is None else value(best),
+                        "status": "solved" if solved else self._unsolved(pts, g, bound, utility, best),
+                        "points": [{"epsilon": p["epsilon"], "value": value(p)} for p in pts],
+                    }
+                )
+        return rows
+
+    def solve_points(self) -> list[MechanismSpec]:
+        """The next round's points: for each series and bound not yet solved, the interpolated crossing
+        (4 significant digits); where a measured point already lies within 0.5% of it, the bracket's
+        geometric midpoint (bisection); outside the measured range, the next step out (ε/2 or 2ε)."""
+        extra: list[MechanismSpec] = []
+        measured = {(p["setting"], p["epsilon"]) for p in self.points}
+        specs = {p["setting"]: p["spec"] for p in self.points}
+        pending = {(r["setting"], r["bound"]) for r in self.solutions() if r["status"] != "solved"}
+        for name, bound, g in self.bounds():
+            target = -bound if name.endswith("loss") else bound
+            for series, pts in self._series().items():
+                if (series, name) not in pending:
+                    continue
+                e = self._next(fm.crossing([fm.GridPoint(p["epsilon"], g(p)) for p in pts], target), series, measured)
+                if e is not None:
+                    measured.add((series, e))
+                    extra.append(with_epsilon(specs[series], e))
+        return extra
+
+    def _series(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for p in sorted(self.points, key=lambda p: p["epsilon"]):
+            out.setdefault(p["setting"], []).append(p)
+        return out
+
+    @staticmethod
+    def _next(eq: fm.EqualPrivacy, series: str, measured: set) -> float | None:
+        near = lambda e: any(n == series and abs(math.log(e / m)) <= 0.005 for n, m in measured)  # noqa: E731
+        lo, hi = eq.bracket
+        if eq.epsilon is None:  # outside the measured range: one step further out
+            e = float(f"{(lo * 2 if hi is None else hi / 2):.4g}")
+            return None if near(e) else e
+        if hi / lo <= 1.01:  # the figure jumps inside a 1% bracket: nothing left to resolve
+            return None
+        e = float(f"{eq.epsilon:.4g}")
+        if near(e) or not lo < e < hi:
+            e = float(f"{math.sqrt(lo * hi):.4g}")
+        return None if near(e) else e
+
+    def _unsolved(self, pts: list[dict[str, Any]], g: Any, bound: float, utility: bool, best: Any) -> str:
+        target = -bound if utility else bound
+        eq = fm.crossing([fm.GridPoint(p["epsilon"], g(p)) for p in pts], target)
+        if eq.epsilon is None:
+            return "not met at any measured ε" if best is None else "met at every measured ε"
+        return f"between {eq.bracket[0]:g} and {eq.bracket[1]:g}, not yet within the tolerance"

@@ -147,12 +147,14 @@ class Comparison:
             self.timings["baseline_s"] = time.perf_counter() - t0
 
             self.measure(preps, "grid")
-            for round_ in range(c.refine):
-                extra = self.usable(self.analysis().refinements())
+            rounds, stage = (c.solve_rounds, "solve") if c.solve else (c.refine, "refinement")
+            for round_ in range(rounds):
+                analysis = self.analysis()
+                extra = self.usable(analysis.solve_points() if c.solve else analysis.refinements())
                 if not extra:
                     break
-                more = prepare_settings(c, extra, self.emb, self.workdir / f"refine-{round_}")
-                self.measure(more, f"refinement {round_ + 1}")
+                more = prepare_settings(c, extra, self.emb, self.workdir / f"{stage}-{round_}")
+                self.measure(more, f"{stage} {round_ + 1}")
         finally:
             for s in self.ships:
                 s.close()
@@ -353,6 +355,7 @@ class Comparison:
             "equal_privacy": equal,
             "corpus": self.corpus,
             "vocabulary_only": self.vocabulary_only,
+            "solve": analysis.solutions() if c.solve else None,
             "embeddings": {"name": self.emb.name, "sha256": self.emb.sha256, "words": len(self.emb)},
             "vocabulary": {"size": int(len(self.first.vocab_rows))},
             "noise": "seeded (--seed): reproducible, tests and experiments only"
@@ -493,7 +496,7 @@ class Comparison:
                         f"{m} test-time",
                         "CS",
                         "dictionary words (%)",
-                        "PUC",
+                        "PUC (dpspark's composite)",
                         "seconds",
                     ],
                     utility_rows,
@@ -517,7 +520,42 @@ class Comparison:
             ],
             [cr.Table(["original", "perturbed"], [[a, b or ""] for a, b in zip(self.examples, shown["examples"])])],
         )
-        return [data, rec, plot, eq, every, guarantees, examples, cr.Section("Definitions", self.definitions())]
+        solved = [self.solve_section()] if self.config.solve else []
+        return [
+            data,
+            rec,
+            *solved,
+            plot,
+            eq,
+            every,
+            guarantees,
+            examples,
+            cr.Section("Definitions", self.definitions()),
+        ]
+
+    def solve_section(self) -> cr.Section:
+        """--solve: per series and bound, the ε found, its figure, and every point measured."""
+        c = self.config
+        rows = [
+            [
+                r["setting"],
+                f"{r['bound']} ≤ {r['bound_value']:g}",
+                "–" if r["epsilon"] is None else f"{r['epsilon']:.4g}",
+                "–" if r["value"] is None else f"{r['value']:.4f}",
+                r["status"],
+                "; ".join(f"{q['epsilon']:.4g}: {q['value']:.4f}" for q in r["points"]),
+            ]
+            for r in self.analysis().solutions()
+        ]
+        return cr.Section(
+            "Solved ε",
+            [
+                f"Per mechanism, the ε at which each bound is met to within {c.solve_tolerance:g} below it: a "
+                "bracketing search in log ε (the interpolated crossing, or the bracket's midpoint) over measured "
+                f"points, at most {c.solve_rounds} rounds. The ε given is a measured point meeting the bound."
+            ],
+            [cr.Table(["setting", "bound", "ε", "figure there", "status", "points measured (ε: figure)"], rows)],
+        )
 
     def guarantee_lines(self, names: list[str]) -> list[str]:
         """Each mechanism's guarantee type, then each series' unit of ε (Mahalanobis' is its own metric's):

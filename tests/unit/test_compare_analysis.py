@@ -21,6 +21,8 @@ def settings(**bounds):
         "utility_metric": "accuracy",
         "max_reidentification": None,
         "max_utility_loss": None,
+        "solve_tolerance": 0.01,
+        "solve_rounds": 6,
     }
     return SimpleNamespace(**{**values, **bounds})
 
@@ -86,3 +88,57 @@ def test_without_a_recommendation_before_and_after_shows_the_setting_nearest_to_
     assert a.recommend()[0] is None
     # santext ε=1: 0 over the re-identification bound, 0.30 over the 0.05 loss; tem ε=5: 0.1 and 2; santext ε=10: 0.5, 0
     assert (a.nearest_feasible()["mechanism"], a.nearest_feasible()["epsilon"]) == ("santext", 10.0)
+
+
+def top1_of(e):
+    return 0.4 * (1 - math.exp(-e / 6))  # rises with ε, as re-identification does
+
+
+def accuracy_of(e):
+    return 0.95 - 0.4 * math.exp(-e / 3)
+
+
+def solve(bounds, grid, rounds=6):
+    """--solve's rounds with a measurement made here: the solutions and the points measured per round."""
+    points = [point("santext", e, top1_of(e), accuracy_of(e)) for e in grid]
+    added = []
+    for _ in range(rounds):
+        extra = Analysis(points, settings(**bounds), BASELINE).solve_points()
+        if not extra:
+            break
+        added.append([s.epsilon for s in extra])
+        points += [point("santext", s.epsilon, top1_of(s.epsilon), accuracy_of(s.epsilon)) for s in extra]
+    return Analysis(points, settings(**bounds), BASELINE).solutions(), added
+
+
+def test_solve_lands_within_the_tolerance_of_the_reidentification_bound():
+    (row,), added = solve({"max_reidentification": 0.2}, [1.0, 5.0, 10.0])
+    assert row["status"] == "solved" and 0.2 - 0.01 <= row["value"] <= 0.2  # top-1 is met, within 0.01 below
+    assert row["epsilon"] < 6 * math.log(2) < row["epsilon"] * 1.1  # the true crossing is 6·ln 2 ≈ 4.16
+    assert len(added) <= 3 and len(row["points"]) == 3 + sum(map(len, added))
+
+
+def test_solve_lands_within_the_tolerance_of_the_utility_bound_from_outside_the_grid():
+    """The utility bound is met at every grid ε: the search steps down (ε/2) until it brackets it."""
+    (row,), added = solve({"max_utility_loss": 0.05}, [10.0, 20.0])
+    assert added[0] == [5.0]
+    assert row["status"] == "solved" and 0.04 <= row["value"] <= 0.05  # the loss, within 0.01 below the bound
+    assert row["epsilon"] > 3 * math.log(0.4 / 0.05)  # the smallest ε meeting it: 3 ln 8 ≈ 6.24
+
+
+def test_solve_finds_both_bounds_or_says_where_it_stopped():
+    rows, _ = solve({"max_reidentification": 0.2, "max_utility_loss": 0.05}, [1.0, 5.0, 10.0], rounds=1)
+    assert [r["bound"] for r in rows] == ["top-1 re-identification (upper 95% end)", "accuracy loss"]
+    assert all(r["status"] == "solved" or r["status"].startswith("between") for r in rows)
+    rows, _ = solve({"max_reidentification": 0.2, "max_utility_loss": 0.05}, [1.0, 5.0, 10.0])
+    assert [r["status"] for r in rows] == ["solved", "solved"]
+
+
+def test_solve_without_a_bound_is_refused_before_anything_runs():
+    from dpspark.config import CompareConfig
+    from dpspark.errors import ConfigError
+
+    values = {"input": "in", "output": "out", "text_column": "t", "label_column": "y", "solve": True}
+    with pytest.raises(ConfigError, match="--solve searches the ε that meets a bound: give --max-reidentification"):
+        CompareConfig.parse(values)
+    assert CompareConfig.parse({**values, "max_reidentification": 0.2}).solve
