@@ -58,7 +58,7 @@ from dpspark.errors import ConfigError, InputDataError
 from dpspark.evaluation import compare_report as cr
 from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.compare_analysis import Analysis
-from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY, MechanismSpec
+from dpspark.mechanisms import MechanismSpec
 from dpspark.prepare import Prepared, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe
 from dpspark.rng import derive_key, derived_generator, new_job_key
@@ -76,10 +76,6 @@ from dpspark.text import tokenize
 
 log = logging.getLogger("dpspark")
 
-PRIVACY_NOTE = (
-    "An evaluation for the data owner, not a release: the baseline, the examples and every figure are computed "
-    "from the raw data. Keep these files with the raw data."
-)
 ORIGINAL = f"{TEXT}_original"  # the transform's keep_original column
 
 
@@ -262,6 +258,7 @@ class Comparison:
             "epsilon": spec.epsilon,
             **{a: spec.axes().get(a) for a in report.axis_names()},
             "guarantee_type": facts["guarantee_type"],
+            "guarantee_unit": facts["unit"],
         }
         for mode, runs in scores.items():
             for m in self.metrics:
@@ -275,6 +272,22 @@ class Comparison:
             self.examples, derived_generator(self.master, "examples", setting_key(spec))
         )
         return row
+
+    def report(self) -> cr.Comparison:
+        """What the report says, as plain data (``dpspark.evaluation.compare_report`` renders it)."""
+        emb = {"name": self.emb.name, "dim": self.emb.dim, "sha256": self.emb.sha256}
+        return cr.Comparison(
+            self.config,
+            self.points,
+            self.baseline,
+            self.vocabulary_only,
+            self.corpus,
+            emb,
+            len(self.first.vocab_rows),
+            self.n_classes,
+            self.examples,
+            self.skipped,
+        )
 
     def analysis(self) -> Analysis:
         """The analysis of the points measured so far (``dpspark.evaluation.compare_analysis``)."""
@@ -322,7 +335,7 @@ class Comparison:
             max_utility_loss=c.max_utility_loss,
         )
         title = "Comparison of word mechanisms"
-        sections = self.sections(chosen, why, equal, frontier)
+        sections = self.report().sections(chosen, why, equal, frontier)
         (local / "report.md").write_text(cr.render_md(title, sections), encoding="utf-8")
         (local / "report.html").write_text(cr.render_html(title, sections, local), encoding="utf-8")
         grid_points = len(self.points)
@@ -331,7 +344,7 @@ class Comparison:
             "dpspark_version": dpspark.__version__,
             "command": "compare",
             "status": "succeeded",
-            "privacy_note": PRIVACY_NOTE,
+            "privacy_note": cr.PRIVACY_NOTE,
             "input": c.input,
             "text_column": c.text_column,
             "label_column": c.label_column,
@@ -371,276 +384,6 @@ class Comparison:
         }
         log_to_mlflow(manifest, table, local)
         return manifest
-
-    def sections(
-        self, chosen: dict[str, Any] | None, why: str, equal: list[dict[str, Any]], frontier: str
-    ) -> list[cr.Section]:
-        c, m, corpus = self.config, self.config.utility_metric, self.corpus
-        n_train, n_test = corpus["train_rows"], corpus["test_rows"]
-        names = list(dict.fromkeys(p["mechanism"] for p in self.points))
-        data = cr.Section(
-            "Dataset and embedding",
-            [
-                f"Input `{c.input or 'a DataFrame'}`, text column `{c.text_column}`, label column `{c.label_column}`: "
-                f"{n_train + n_test} rows ({n_train} train / {n_test} test, split seed {c.split_seed}), "
-                f"{self.n_classes} classes.",
-                f"Embedding {self.emb.name} ({self.emb.dim} dimensions, sha256 {self.emb.sha256[:12]}…), output "
-                f"vocabulary {len(self.first.vocab_rows)} words. Model {c.model}; R = {c.repeats} perturbations per "
-                f"setting; re-identification from K = {c.runs} runs per corpus word over {corpus['words_measured']} "
-                f"corpus words ({100 * corpus['token_coverage']:.1f}% of the tokens with a vector).",
-                self.coverage_line(),
-                f"Non-private baseline {m}: {self.baseline[m]:.4f}; vocabulary only (ε = ∞, no noise: each word "
-                f"its nearest vocabulary word) {self.vocabulary_only[f'train-time_{m}']:.4f} train-time, "
-                f"{self.vocabulary_only[f'test-time_{m}']:.4f} test-time. {len(self.points)} settings measured; "
-                f"{sum(p['time_s'] for p in self.points) / len(self.points):.1f} s per setting on average.",
-                PRIVACY_NOTE,
-            ],
-        )
-        rec = cr.Section("Recommendation", [why, *self.vocabulary_hint()])
-        plot = cr.Section(
-            "Privacy–utility frontier",
-            [
-                "Utility against the share of corpus tokens the strongest known attacker recovers (top-1), one line "
-                f"per mechanism, ε along each line; bars are 95% intervals. The dotted line is the attacker's floor: "
-                f"guessing the corpus's most frequent word whatever the output ({cr.pct(corpus['floor_top1'])}% "
-                f"top-1, {cr.pct(corpus['floor_top5'])}% top-5)."
-            ],
-            images=[(frontier, "utility against re-identification, one line per mechanism")],
-        )
-        eq_rows = [
-            [
-                e["setting"],
-                e["target"],
-                "–" if e["epsilon"] is None else f"{e['epsilon']:.3g}",
-                e["status"],
-                cr.pct(e["train_time"]),
-                cr.pct(e["test_time"]),
-            ]
-            for e in equal
-        ]
-        eq = cr.Section(
-            "Equal empirical privacy",
-            [
-                "ε of different guarantee types is not one scale, so the mechanisms are compared where they leak "
-                "the same on this data: for each target, the largest ε at which the mechanism still meets it (monotone "
-                "interpolation in log ε over the measured points, refined by extra points where the target falls "
-                "between two), and the utility interpolated there."
-            ],
-            [cr.Table(["setting", "target", "ε", "where", f"{m} train-time (%)", f"{m} test-time (%)"], eq_rows)],
-            after=self.floor_note(),
-        )
-        privacy_rows, utility_rows = [], []
-        for p in self.points:
-            privacy_rows.append(
-                [
-                    p["setting"],
-                    f"{p['epsilon']:g}",
-                    p["guarantee_type"],
-                    cr.with_ci(p["top1"], p["top1_lo"], p["top1_hi"]),
-                    cr.with_ci(p["top5"], p["top5_lo"], p["top5_hi"]),
-                    p["attacker"],
-                    cr.pct(p["unchanged"]),
-                    cr.pct(p["nw_fraction"]),
-                    f"{p['mldp_nw']:.1f}",
-                    f"{p['mldp_sw']:.1f}",
-                    cr.pct(p["pp"]),
-                    cr.pct(p["low"]),
-                ]
-            )
-            utility_rows.append(
-                [
-                    p["setting"],
-                    f"{p['epsilon']:g}",
-                    *(cr.with_ci(p[f"{mode}_{m}"], p[f"{mode}_{m}_lo"], p[f"{mode}_{m}_hi"]) for mode in utility.MODES),
-                    f"{p['cs']:.3f}",
-                    cr.pct(p["dictionary"]),
-                    "–" if p.get("puc") is None else f"{p['puc']:.3f}",
-                    f"{p['time_s']:.1f}",
-                ]
-            )
-        v = self.vocabulary_only
-        utility_rows.insert(
-            0, ["vocabulary only", "∞", *(f"{v[f'{mode}_{m}']:.3f}" for mode in utility.MODES), "–", "–", "–", "–"]
-        )
-        every = cr.Section(
-            "Every setting measured",
-            [
-                "Privacy (percentages; 95% intervals in brackets). top-1/top-5: corpus tokens the strongest known "
-                "attacker recovers (the column `attacker` names it); unchanged: tokens released as themselves; "
-                f"Nw/K: dpspark's mean Nw over corpus words as a share of K = {c.runs}; MLDP Nw and Sw: "
-                f"{c.mldp_words} words × {c.mldp_trials} trials, Sw without the word itself; PP, LOW: see Definitions."
-            ],
-            [
-                cr.Table(
-                    [
-                        "setting",
-                        "ε",
-                        "guarantee",
-                        "top-1",
-                        "top-5",
-                        "attacker",
-                        "unchanged",
-                        "Nw/K",
-                        "MLDP Nw",
-                        "MLDP Sw",
-                        "PP",
-                        "LOW",
-                    ],
-                    privacy_rows,
-                ),
-                cr.Table(
-                    [
-                        "setting",
-                        "ε",
-                        f"{m} train-time",
-                        f"{m} test-time",
-                        "CS",
-                        "dictionary words (%)",
-                        "PUC (dpspark's composite)",
-                        "seconds",
-                    ],
-                    utility_rows,
-                ),
-            ],
-        )
-        if self.skipped:
-            every.after.append(
-                "Left out (the mechanism refuses them on this vocabulary): "
-                + "; ".join(f"{k['setting']} at ε = {k['epsilon']:g}: {k['reason']}" for k in self.skipped)
-                + "."
-            )
-        guarantees = cr.Section("Guarantees in words", self.guarantee_lines(names))
-        shown = chosen or self.analysis().nearest_feasible()
-        examples = cr.Section(
-            "Before and after",
-            [
-                f"{len(self.examples)} rows of the test split, perturbed by "
-                f"{'the recommended setting' if chosen else 'the setting nearest to the bounds (no recommendation)'}: "
-                f"{shown['setting']}, ε = {shown['epsilon']:g}."
-            ],
-            [cr.Table(["original", "perturbed"], [[a, b or ""] for a, b in zip(self.examples, shown["examples"])])],
-        )
-        solved = [self.solve_section()] if self.config.solve else []
-        return [
-            data,
-            rec,
-            *solved,
-            plot,
-            eq,
-            every,
-            guarantees,
-            examples,
-            cr.Section("Definitions", self.definitions()),
-        ]
-
-    def solve_section(self) -> cr.Section:
-        """--solve: per series and bound, the ε found, its figure, and every point measured."""
-        c = self.config
-        rows = [
-            [
-                r["setting"],
-                f"{r['bound']} ≤ {r['bound_value']:g}",
-                "–" if r["epsilon"] is None else f"{r['epsilon']:.4g}",
-                "–" if r["value"] is None else f"{r['value']:.4f}",
-                r["status"],
-                "; ".join(f"{q['epsilon']:.4g}: {q['value']:.4f}" for q in r["points"]),
-            ]
-            for r in self.analysis().solutions()
-        ]
-        return cr.Section(
-            "Solved ε",
-            [
-                f"Per mechanism, the ε at which each bound is met to within {c.solve_tolerance:g} below it: a "
-                "bracketing search in log ε (the interpolated crossing, or the bracket's midpoint) over measured "
-                f"points, at most {c.solve_rounds} rounds. The ε given is a measured point meeting the bound."
-            ],
-            [cr.Table(["setting", "bound", "ε", "figure there", "status", "points measured (ε: figure)"], rows)],
-        )
-
-    def guarantee_lines(self, names: list[str]) -> list[str]:
-        """Each mechanism's guarantee type, then each series' unit of ε (Mahalanobis' is its own metric's):
-        settings compare on ε only where both agree."""
-        lines = [
-            f"**{n}** ({REGISTRY[n].guarantee_type}): {GUARANTEE_TYPES[REGISTRY[n].guarantee_type]}." for n in names
-        ]
-        units = {p["setting"]: (p["guarantee_type"], p["spec"].unit(self.first.space)) for p in self.points}
-        lines += [f"Unit of ε, **{series}**: {unit}." for series, (_, unit) in units.items()]
-        if len(set(units.values())) == 1:
-            lines.append("Every setting here has the same guarantee type and unit of ε: ε is one scale across them.")
-        else:
-            lines.append(
-                "ε is not one scale across these settings (their guarantee types or units differ): compare them on "
-                "the empirical figures (re-identification, Nw, utility) and at equal empirical privacy, not on ε."
-            )
-        return lines
-
-    def coverage_line(self) -> str:
-        corpus = self.corpus
-        return (
-            f"Vocabulary coverage: {100 * corpus['vocabulary_coverage']:.1f}% of the corpus's {corpus['tokens']} "
-            f"tokens are words of the {len(self.first.vocab_rows)}-word vocabulary; "
-            f"{100 * corpus['vector_coverage']:.1f}% have a vector in {self.emb.name}. A mechanism outputs vocabulary "
-            "words only: with no noise (vocabulary only) every other word becomes its nearest vocabulary word, "
-            "and a token without a vector the placeholder. The release must use the same vocabulary as this comparison."
-        )
-
-    def vocabulary_hint(self) -> list[str]:
-        """Where the vocabulary alone costs more than the utility bound allows (or, without one, more than
-        a point of the metric): say so, since no ε can give back what the vocabulary takes."""
-        c, m = self.config, self.config.utility_metric
-        loss = max(self.baseline[m] - self.vocabulary_only[f"{mode}_{m}"] for mode in utility.MODES)
-        allowed = c.max_utility_loss if c.max_utility_loss is not None else 0.01
-        if loss <= allowed:
-            return []
-        bound = "" if c.max_utility_loss is None else f" (the bound allows {allowed:g})"
-        return [
-            f"**The vocabulary caps utility**: with no noise at all (vocabulary only, ε = ∞) {m} is already "
-            f"{loss:.4f} below the baseline{bound}. Only {100 * self.corpus['vocabulary_coverage']:.1f}% of the "
-            "corpus's tokens are vocabulary words: a larger "
-            "--vocab-size, or --vocab-file with this corpus's words (or --vocab-from-corpus), raises that ceiling; "
-            "a larger ε cannot."
-        ]
-
-    def floor_note(self) -> list[str]:
-        """A target within 5 points of the attacker's floor says little: any mechanism scores the floor."""
-        floor, target = self.corpus["floor_top1"], self.config.target_reidentification
-        if target - floor >= 0.05:
-            return []
-        return [
-            f"The re-identification target ({100 * target:g}%) lies within 5 points of the attacker's floor "
-            f"({cr.pct(floor)}%): an attacker who ignores the output already scores the floor, so near it every "
-            "mechanism looks alike. Choose the target with --target-reidentification, above the floor."
-        ]
-
-    def definitions(self) -> list[str]:
-        c = self.config
-        first = "every token" if c.pp_tokens is None else f"the first {c.pp_tokens} tokens"
-        return [
-            "**top-1, top-5** (re-identification): the share of the corpus's tokens with a vector whose original "
-            "word the attacker names first (among its first five) from the released word, as `dpspark "
-            "privacy-risk` measures it: the strongest of the attackers dpspark knows (the identity guess; the "
-            "Bayes guess with exact likelihoods, or with fitted counts and a distance model fitted by maximum "
-            "likelihood where no closed form exists), scored on runs it was not fitted on. The floor is what "
-            "guessing the corpus's most frequent words scores without looking at the output.",
-            "**unchanged**: tokens released as themselves. **Nw/K**: dpspark's mean Nw over the corpus words "
-            f"measured, as a share of K = {c.runs} runs.",
-            f"**MLDP Nw, Sw** (the MLDP benchmark's plausible deniability): {c.mldp_words} vocabulary words drawn "
-            f"uniformly (one public sample for every setting) × {c.mldp_trials} trials; Nw the trials returning the "
-            "word, Sw the distinct outputs other than the word itself (dpspark's own Sw counts the word too).",
-            f"**PP** (perturbation percentage): the share of token positions of the perturbed test split, over "
-            f"{first} of each row, whose output differs from the input (SynTF's documents, bags of drawn "
-            "words: the original tokens without an unmatched copy in the output; LOW likewise).",
-            f"**LOW** (least-occurring words): of the {fm.LOW_WORDS} least-occurring words of the test split "
-            "(ties by code point), the share of their occurrences released unchanged. Noise off: 100%.",
-            "**CS** (cosine similarity): the mean over test rows of the cosine between the mean word vector "
-            f"({self.emb.name}) of the original and of the perturbed row. Noise off: 1.",
-            f"**dictionary words**: the share of output tokens found in {self.corpus['dictionary']} (GloVe's clitics, "
-            "numbers and punctuation count as words of the language).",
-            "**PUC**: " + fm.PUC_DEFINITION + f" Here U is the train-time {c.utility_metric}.",
-            f"**{c.utility_metric}**: train-time trains the model on perturbed text and tests on plain; test-time "
-            f"tests the non-private baseline model on perturbed text; mean and 95% t-interval over R = {c.repeats} "
-            "perturbations.",
-        ]
 
     # --- the corpus ------------------------------------------------------------------------------
 

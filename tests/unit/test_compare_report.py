@@ -96,3 +96,66 @@ def test_the_frontier_draws_the_users_bounds():
         if line.get_linestyle() == "-."
     }
     assert lines == {0.93}  # baseline − the utility bound
+
+
+def measured_point(setting, eps, top1, acc):
+    from dpspark.mechanisms import parse
+
+    p = point(setting, eps, top1, acc)
+    name = setting.split()[0]
+    p.update(
+        spec=parse({"name": name, "epsilon": eps}), mechanism=name, guarantee_type="metric",
+        guarantee_unit="ε per unit of Euclidean distance between the words' vectors", top5=top1, top5_lo=top1,
+        top5_hi=top1, attacker="bayes", unchanged=top1 / 2, nw_fraction=top1, mldp_nw=3.0, mldp_sw=9.0, pp=0.5,
+        low=0.4, cs=0.7, dictionary=0.9, puc=None, time_s=1.5, examples=["a b c d"],
+    )  # fmt: skip
+    return p
+
+
+def report_of(**settings):
+    from types import SimpleNamespace
+
+    c = dict(
+        input="in.parquet", text_column="text", label_column="label", split_seed=42, model="tfidf-logreg", repeats=1,
+        runs=20, utility_metric="accuracy", target_reidentification=0.1, target_nw_fraction=0.2,
+        max_reidentification=None, max_utility_loss=None, solve=False, solve_tolerance=0.01, solve_rounds=6,
+        mldp_words=25, mldp_trials=100, pp_tokens=None,
+    )  # fmt: skip
+    c.update(settings)
+    points = [measured_point("laplace", e, t, a) for e, t, a in ((1, 0.05, 0.86), (5, 0.15, 0.9), (10, 0.4, 0.97))]
+    corpus = {
+        "train_rows": 700, "test_rows": 300, "tokens": 5000, "tokens_with_vector": 4900, "tokens_in_vocabulary": 4000,
+        "vocabulary_coverage": 0.8, "vector_coverage": 0.98, "words_measured": 900, "token_coverage": 1.0,
+        "floor_top1": 0.04, "floor_top5": 0.12, "low_words": 50, "dictionary": "a dictionary",
+    }  # fmt: skip
+    return cr.Comparison(
+        SimpleNamespace(**c), points, {"accuracy": 0.98}, {"train-time_accuracy": 0.9, "test-time_accuracy": 0.91},
+        corpus, {"name": "glove-6b-50d", "dim": 50, "sha256": "e5fa03ea3cd4ec"}, 2000, 2, ["a b c d"], [],
+    )  # fmt: skip
+
+
+def test_the_report_is_built_from_plain_data_without_spark():
+    """compare's report from measured points alone: its sections, the coverage line, the vocabulary only
+    row, the vocabulary hint where the vocabulary alone loses more than a point, the units of ε."""
+    report = report_of()
+    chosen, why = report.analysis.recommend()
+    titles = [s.title for s in report.sections(chosen, why, report.analysis.equal_privacy(), "frontier.png")]
+    assert titles == [
+        "Dataset and embedding", "Recommendation", "Privacy–utility frontier", "Equal empirical privacy",
+        "Every setting measured", "Guarantees in words", "Before and after", "Definitions",
+    ]  # fmt: skip
+    md = cr.render_md("Comparison", report.sections(chosen, why, report.analysis.equal_privacy(), "frontier.png"))
+    assert "Vocabulary coverage: 80.0% of the corpus's 5000 tokens are words of the 2000-word vocabulary" in md
+    assert "| vocabulary only | ∞ | 0.900 | 0.910 |" in md
+    assert "**The vocabulary caps utility**" in md and "0.0800 below the baseline" in md
+    assert "Unit of ε, **laplace**: ε per unit of Euclidean distance" in md and "PUC (dpspark's composite)" in md
+
+
+def test_the_report_has_a_solved_section_with_every_point_under_solve():
+    report = report_of(solve=True, max_reidentification=0.17)  # top-1's upper ends: 0.07, 0.17, 0.42
+    chosen, why = report.analysis.recommend()
+    sections = report.sections(chosen, why, report.analysis.equal_privacy(), "frontier.png")
+    (solved,) = [s for s in sections if s.title == "Solved ε"]
+    ((row,),) = [t.rows for t in solved.tables]
+    assert row[0] == "laplace" and row[2] == "5" and row[4] == "solved"
+    assert row[5] == "1: 0.0700; 5: 0.1700; 10: 0.4200"
