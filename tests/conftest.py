@@ -28,6 +28,11 @@ def pytest_collection_modifyitems(config, items):
                 f"{item.nodeid} is marked runtime and {', '.join(sorted(marks & ONCE))}: a statistical, heavy "
                 "or readme test runs once, in make test; drop one of the marks (CONTRIBUTING.md)"
             )
+    # The modules holding a slow test first (whole modules, so module fixtures are built once; otherwise the
+    # collection order): pytest-xdist hands out tests in this order, and a minutes-long test handed out last
+    # leaves the other workers idle while it runs.
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import pytest
 
 from dpspark.notebook_runner import run_notebook
 
-pytestmark = [pytest.mark.spark, pytest.mark.heavy]
+pytestmark = [pytest.mark.spark, pytest.mark.heavy, pytest.mark.slow]
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "compare.py"
 

@@ -217,6 +217,7 @@ def test_the_report_has_every_section_and_embeds_its_plot(two_mechanisms):
 
 
 @pytest.mark.heavy
+@pytest.mark.slow
 def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path, capsys):
     out = tmp_path / "none"
     code = main(

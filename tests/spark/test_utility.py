@@ -201,6 +201,7 @@ def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path
 
 
 @pytest.mark.statistical
+@pytest.mark.slow
 def test_joint_calibration_meets_its_bounds_in_a_fresh_run(spark, data, corpus_vocab, tmp_path):
     # ε = 2 is private but useless, ε = 400 useful but no protection, ε = 10 in between.
     grid = {"epsilons": "2,10,400", "lambdas": "1", "vocab_file": corpus_vocab}
