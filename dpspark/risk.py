@@ -138,7 +138,12 @@ def exact_reidentification(
     if not ea.has_closed_form(mechanism, corpus):
         return None
     span = [(0, len(corpus.words))]
-    best = fold(span, lambda s: ea.create_guesses(mechanism, corpus, s, top), lambda a, b: ea.merge_guesses(a, b, top))
+    scores = ea.exact_scores(mechanism, corpus)
+    best = fold(
+        span,
+        lambda s: ea.create_guesses(scores, mechanism.space, corpus, s, top),
+        lambda a, b: ea.merge_guesses(a, b, top),
+    )
     hits = fold(span, lambda s: ea.create_hits(mechanism, corpus, s, best[None].word, runs, top), ea.merge_hits)
     return finish(*ea.finish_hits(hits[None]))
 
@@ -303,37 +308,28 @@ def fit_beta(space: Any, fit: Mapping[tuple[int, int], int]) -> float:
 
 def model_guesses(space: Any, beta: float, prior: Mapping[int, float], setting: int = 0, top: int = TOP) -> dict:
     """(setting, u) → the model attacker's ``top`` guesses for every output u of the vocabulary: the corpus
-    words w with the largest prior(w)·P_β(u | w) (``fit_beta``), ties to the smaller row (except a tie at
-    the ``top``-th place within one block of rows, which the partition breaks in a fixed but arbitrary
-    way). One block of distance rows at a time, as ``exact_reidentification``: memory O(top·V)."""
+    words w with the largest prior(w)·P_β(u | w) (``fit_beta``), ties to the smaller row. One block of
+    distance rows at a time, as ``exact_reidentification``: memory O(top·V)."""
     return model_guesses_many(space, {setting: beta}, prior, top)
 
 
 def model_guesses_many(space: Any, betas: Mapping[int, float], prior: Mapping[int, float], top: int = TOP) -> dict:
-    """``model_guesses`` of several settings over one space (setting → β), each block of distance rows
-    computed once for all of them."""
-    words = np.array(sorted(prior), dtype=np.int64)
-    logf = np.log(np.array([prior[int(w)] for w in words], dtype=np.float64))
-    best_score = {s: np.full((0, space.size), -np.inf) for s in betas}
-    best_word = {s: np.zeros((0, space.size), dtype=np.int64) for s in betas}
-    for start in range(0, len(words), space.block):
-        chunk = words[start : start + space.block]
-        dist = space.distance_rows(chunk)
-        for s, beta in betas.items():
-            logits = -beta * dist
-            top_logit = logits.max(axis=1, keepdims=True)
-            log_z = top_logit[:, 0] + np.log(np.exp(logits - top_logit).sum(axis=1))
-            block = logf[start : start + space.block, None] + logits - log_z[:, None]
-            if len(chunk) > top:  # the block's own best ``top`` rows first (a partition, not a sort of the block)
-                keep = np.sort(np.argpartition(-block, top - 1, axis=0)[:top], axis=0)
-                block, ids = np.take_along_axis(block, keep, axis=0), chunk[keep]
-            else:
-                ids = np.broadcast_to(chunk[:, None], block.shape)
-            scores, ids = np.vstack([best_score[s], block]), np.vstack([best_word[s], ids])
-            order = np.argsort(-scores, axis=0, kind="stable")[:top]
-            best_score[s] = np.take_along_axis(scores, order, axis=0)
-            best_word[s] = np.take_along_axis(ids, order, axis=0)
-    return {(s, int(u)): [int(w) for w in best_word[s][:, p]] for s in betas for p, u in enumerate(space.vocab_rows)}
+    """``model_guesses`` of several settings over one space (setting → β), folded here
+    (``dpspark.engine.exact_attack.model_scores``; the Spark job folds them on the executors)."""
+    corpus = ea.Corpus.of(dict(prior))
+    span = [(0, len(corpus.words))]
+    merge = lambda a, b: ea.merge_guesses(a, b, top)  # noqa: E731
+    out: dict = {}
+    for s, beta in betas.items():
+        scores = ea.model_scores(space, beta, corpus)
+        best = fold(span, lambda sp: ea.create_guesses(scores, space, corpus, sp, top), merge)[None]  # noqa: B023
+        out.update(model_table(space, s, best.word))
+    return out
+
+
+def model_table(space: Any, setting: int, words: np.ndarray) -> dict:
+    """(setting, u) → the guesses of every output u of the vocabulary, best first, from a k × V table."""
+    return {(setting, int(u)): [int(w) for w in words[:, p]] for p, u in enumerate(space.vocab_rows)}
 
 
 def setting_of(row: dict) -> str:

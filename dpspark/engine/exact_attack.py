@@ -1,4 +1,4 @@
-"""The attacker with exact likelihoods as two combiners (``dpspark.engine``), so that it runs on
+"""The attackers' guesses and the exact attacker's hits as combiners (``dpspark.engine``), so that it runs on
 the executors, partitioned by setting and by span of corpus words, never on the driver.
 
 For an output u the attacker guesses the ``top`` corpus words w with the largest
@@ -96,14 +96,37 @@ def merge_guesses(a: Guesses, b: Guesses, top: int = TOP) -> Guesses:
     return Guesses(np.take_along_axis(score, order, axis=0), np.take_along_axis(word, order, axis=0))
 
 
-def create_guesses(mechanism: Any, corpus: Corpus, span: tuple[int, int], top: int = TOP) -> Guesses:
-    """Pass 1 over the words ``corpus.words[span[0]:span[1]]``, one block of P(u | w) rows at a time."""
-    step = mechanism.space.block
-    best = Guesses(np.zeros((0, mechanism.space.size)), np.zeros((0, mechanism.space.size), dtype=np.int64))
+def exact_scores(mechanism: Any, corpus: Corpus) -> Any:
+    """The exact attacker's scores of a block of corpus words (from position ``start``): prior(w)·P(u | w)."""
+
+    def scores(start: int, chunk: np.ndarray) -> np.ndarray:
+        return corpus.f[start : start + len(chunk), None] * mechanism.distribution(chunk)
+
+    return scores
+
+
+def model_scores(space: Any, beta: float, corpus: Corpus) -> Any:
+    """The model attacker's scores (``dpspark.risk.fit_beta``): ln prior(w) + ln P_β(u | w), with
+    P_β(u | w) ∝ exp(−β·d(w, u)) over the vocabulary."""
+    logf = np.log(corpus.f)
+
+    def scores(start: int, chunk: np.ndarray) -> np.ndarray:
+        logits = -beta * space.distance_rows(chunk)
+        top = logits.max(axis=1, keepdims=True)
+        log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        return logf[start : start + len(chunk), None] + logits - log_z[:, None]
+
+    return scores
+
+
+def create_guesses(scores: Any, space: Any, corpus: Corpus, span: tuple[int, int], top: int = TOP) -> Guesses:
+    """Pass 1 over the words ``corpus.words[span[0]:span[1]]``, one block of ``space.block`` words at a
+    time: ``scores(start, words)`` (``exact_scores``, ``model_scores``) gives a block's n × V scores."""
+    step = space.block
+    best = Guesses(np.zeros((0, space.size)), np.zeros((0, space.size), dtype=np.int64))
     for start in range(span[0], span[1], step):
         chunk = corpus.words[start : min(start + step, span[1])]
-        p = mechanism.distribution(chunk)
-        best = merge_guesses(best, _chunk_top(corpus.f[start : start + len(chunk), None] * p, chunk, top), top)
+        best = merge_guesses(best, _chunk_top(scores(start, chunk), chunk, top), top)
     return best
 
 

@@ -159,11 +159,12 @@ def attack(
 
 
 def model_attacker(
-    counts: DataFrame, settings: set[int], mechanisms: list, prior: dict[int, float], spark: SparkSession
+    counts: DataFrame, settings: set[int], mechanisms: list, prior: dict[int, float], spark: SparkSession, bundle: str
 ) -> tuple[DataFrame | None, dict[int, float]]:
-    """The model attacker of ``settings`` (``risk.fit_beta`` on the fitted runs of ``risk.model_words``,
-    collected to the driver: counts of public-noise draws, no text) as a DataFrame of guesses
-    (setting, output, word, rank), and each setting's β."""
+    """The model attacker of ``settings`` as a DataFrame of guesses (setting, output, word, rank), and each
+    setting's β. β is fitted on the driver (``risk.fit_beta`` on the fitted runs of ``risk.model_words``,
+    collected: counts of public-noise draws, no text); the guesses are folded on the executors, one task
+    per (setting, span of corpus words), as the exact attacker's (``guesses_on_executors``)."""
     if not settings:
         return None, {}
     words = [int(w) for w in risk.model_words(np.array(sorted(prior), dtype=np.int64))]
@@ -173,15 +174,17 @@ def model_attacker(
         .collect()
     )
     betas: dict[int, float] = {}
-    cols: dict[str, list] = {"setting": [], "output": [], "word": [], "rank": []}
-    by_space: dict[int, dict[int, float]] = {}
     for s in sorted(settings):
         pairs = {(r["word"], r["output"]): r["count"] for r in fit if r["setting"] == s}
         betas[s] = risk.fit_beta(mechanisms[s].space, pairs)
-        by_space.setdefault(id(mechanisms[s].space), {})[s] = betas[s]
-    for group in by_space.values():
-        space = mechanisms[next(iter(group))].space
-        for (s, u), ws in sorted(risk.model_guesses_many(space, group, prior).items()):
+    corpus = ea.Corpus.of(prior)
+    items = attack_items(spark, sorted(settings), mechanisms, corpus)
+    best = guesses_on_executors(
+        spark, items, lambda mech, s: ea.model_scores(mech.space, betas[s], corpus), bundle, corpus, "model attacker"
+    )
+    cols: dict[str, list] = {"setting": [], "output": [], "word": [], "rank": []}
+    for s in sorted(settings):
+        for (_, u), ws in sorted(risk.model_table(mechanisms[s].space, s, best[s].word).items()):
             for i, w in enumerate(ws):
                 cols["setting"].append(s), cols["output"].append(u), cols["word"].append(w), cols["rank"].append(i + 1)
     table = pa.table({k: pa.array(v, pa.int32() if k == "rank" else pa.int64()) for k, v in cols.items()})
@@ -254,6 +257,37 @@ def doc_exposures(
     return result
 
 
+def guesses_on_executors(
+    spark: SparkSession, items: list, scores_of: Any, bundle: str, corpus: ea.Corpus, step: str
+) -> dict[int, ea.Guesses]:
+    """An attacker's best guesses per output, per setting: one task per (setting, span of corpus words)
+    of ``items``, each ``ea.create_guesses`` with ``scores_of(mechanism, setting)``'s scores on the
+    executor; the partial tables merged on the driver."""
+
+    def guesses(item: tuple[int, tuple[int, int]]) -> list[bytes]:
+        s, span = item
+        mech = resources.resources(bundle).mechanisms()[s]
+        g = ea.create_guesses(scores_of(mech, s), mech.space, corpus, span)
+        return [backend.pack(g.score, g.word)]
+
+    best: dict[int, ea.Guesses] = {}
+    progress = Progress(f"privacy-risk: {step}", len(items), "tasks")
+    for i, payload in backend.run_items(spark, items, guesses, progress):
+        g = ea.Guesses(*backend.unpack(payload))
+        s = items[i][0]
+        best[s] = g if s not in best else ea.merge_guesses(best[s], g)
+    return best
+
+
+def attack_items(spark: SparkSession, settings: list[int], mechs: list, corpus: ea.Corpus) -> list:
+    """(setting, span) work items: two tasks per core at least where the words allow, at most 16 spans
+    per setting."""
+    if not settings:
+        return []
+    parts = min(16, -(-2 * backend.cores(spark) // len(settings)))
+    return [(s, span) for s in settings for span in ea.spans(len(corpus.words), mechs[s].space.block, parts)]
+
+
 def exact_attack(
     spark: SparkSession, bundle: str, mechs: list, prior: dict[int, float], sensitive: set[int], runs: int
 ) -> dict[int, dict[str, float] | None]:
@@ -266,20 +300,11 @@ def exact_attack(
     out: dict[int, dict[str, float] | None] = dict.fromkeys(range(len(mechs)))
     if not closed:
         return out
-    parts = min(16, -(-2 * backend.cores(spark) // len(closed)))  # two tasks per core at least, where the words allow
-    items = [(s, span) for s in closed for span in ea.spans(len(corpus.words), mechs[s].space.block, parts)]
+    items = attack_items(spark, closed, mechs, corpus)
 
-    def guesses(item: tuple[int, tuple[int, int]]) -> list[bytes]:
-        s, span = item
-        g = ea.create_guesses(resources.resources(bundle).mechanisms()[s], corpus, span)
-        return [backend.pack(g.score, g.word)]
-
-    best: dict[int, ea.Guesses] = {}
-    progress = Progress("privacy-risk: exact likelihoods, pass 1 of 2", len(items), "tasks")
-    for i, payload in backend.run_items(spark, items, guesses, progress):
-        g = ea.Guesses(*backend.unpack(payload))
-        s = items[i][0]
-        best[s] = g if s not in best else ea.merge_guesses(best[s], g)
+    best = guesses_on_executors(
+        spark, items, lambda mech, s: ea.exact_scores(mech, corpus), bundle, corpus, "exact likelihoods, pass 1 of 2"
+    )
 
     def write(directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -357,7 +382,7 @@ def risk_rows(
     with io.SqlConf(spark, shuffle_settings(spark)):
         counts = pair_counts(spark, items, job_key, bundle).persist(StorageLevel.MEMORY_AND_DISK)  # no raw text
         try:
-            model, betas = model_attacker(counts, fitted, mechs, prior, spark)
+            model, betas = model_attacker(counts, fitted, mechs, prior, spark, bundle)
             result = attack(counts, prior_df, model=model)
             nw = {i: r["nw_mean"] for i, r in result.items()}  # Nw out of the first K runs, as privacy-stats
             for i in fitted:
@@ -376,7 +401,7 @@ def risk_rows(
                 counts.unpersist()
                 counts = grown
                 now = counts.filter(F.col("setting").isin(sorted(pending)))
-                model, more_betas = model_attacker(now, pending, mechs, prior, spark)
+                model, more_betas = model_attacker(now, pending, mechs, prior, spark, bundle)
                 betas.update(more_betas)
                 step = attack(now, prior_df, model=model)
                 for i in sorted(pending):

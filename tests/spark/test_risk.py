@@ -42,7 +42,7 @@ def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tm
     )
     mechs = grid.mechanisms()
     noisy = {0, 1, 2, 3}  # laplace and vickrey: no closed form
-    model_df, betas = model_attacker(counts, noisy, mechs, prior, spark)
+    model_df, betas = model_attacker(counts, noisy, mechs, prior, spark, ship.name)
     on_spark = attack(counts, prior_df, model=model_df)
     counts.unpersist()
     ship.close()

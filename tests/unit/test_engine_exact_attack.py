@@ -76,7 +76,8 @@ def test_any_split_of_the_words_gives_the_single_pass_bit_for_bit(glove, monkeyp
     spans = ea.spans(len(corpus.words), space.block, parts)
     assert len(spans) == parts
     random.Random(parts).shuffle(spans)
-    best = fold(spans, lambda s: ea.create_guesses(mech, corpus, s), ea.merge_guesses)[None]
+    scores = ea.exact_scores(mech, corpus)
+    best = fold(spans, lambda s: ea.create_guesses(scores, space, corpus, s), ea.merge_guesses)[None]
     hits = fold(spans, lambda s: ea.create_hits(mech, corpus, s, best.word, 20), ea.merge_hits)[None]
     got = risk.finish(*ea.finish_hits(hits))
     assert got.keys() == want.keys()
