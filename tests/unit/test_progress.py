@@ -37,3 +37,17 @@ def test_the_finished_line_is_reported_once():
     p.started -= 5  # a later second: the same state, another "took" figure
     p.report(2, 1.0)  # the watcher's last poll and the caller's final report
     assert len(p.lines) == 2 and "took" in p.lines[-1]
+
+
+def test_a_unit_longer_than_the_heartbeat_still_shows_a_line(monkeypatch):
+    """No unit finishes and the estimate is unchanged: the line repeats once the heartbeat has passed, so a
+    long step never looks hung for more than HEARTBEAT seconds."""
+    import dpspark.progress as progress
+
+    p = Progress("privacy-risk: exact likelihoods", 4, "tasks")
+    p.report(0, 0.0)
+    p.report(0, 0.0)
+    assert len(p.lines) == 1  # within the heartbeat: not repeated
+    monkeypatch.setattr(progress, "HEARTBEAT", 0.0)
+    p.report(0, 0.0)
+    assert p.lines == [p.lines[0]] * 2 and p.lines[0].startswith("privacy-risk: exact likelihoods: 0/4 tasks done")
