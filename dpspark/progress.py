@@ -35,6 +35,11 @@ def describe(spark: Any, command: str, step: str, run_id: str | None = None) -> 
     spark.sparkContext.setJobGroup(f"dpspark-{run_id or command}", text)
 
 
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: 4 s, 1 min 05 s, 1 h 02 min."""
+    return _duration(seconds)
+
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds < 60:
@@ -101,3 +106,54 @@ def watching(progress: Progress, poll: Callable[[], tuple[int, float]], every: f
         stop.set()
         thread.join()
     progress.report(*poll())
+
+
+class Costs:
+    """Seconds per setting measured so far, and an estimate for a setting not yet measured: the mean of
+    its series (the same mechanism and parameters at another ε), else of its mechanism, else of every
+    setting measured; None before the first."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, float]] = []  # (series, mechanism, seconds)
+
+    def record(self, series: str, mechanism: str, seconds: float) -> None:
+        self.seen.append((series, mechanism, seconds))
+
+    def estimate(self, series: str, mechanism: str) -> float | None:
+        for match in (lambda s, m: s == series, lambda s, m: m == mechanism, lambda s, m: True):
+            times = [t for s, m, t in self.seen if match(s, m)]
+            if times:
+                return sum(times) / len(times)
+        return None
+
+
+def eta_line(label: str, done: int, planned: int, remaining: float | None, step: str) -> str:
+    """A run-wide progress line: settings measured out of those planned, and the time left in all."""
+    text = f"{label}: {done}/{planned} settings measured ({step})"
+    return text + ("; estimating the time left" if remaining is None else f"; about {_duration(remaining)} to go")
+
+
+def log_progress(text: str) -> None:
+    log.info(text)
+
+
+@contextmanager
+def every(seconds: float, call: Callable[[], None]) -> Iterator[None]:
+    """Call ``call()`` every ``seconds`` while the body runs (a daemon thread; a failure of ``call`` is
+    logged at debug level and the calls go on: a progress line must never end the work)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - see the docstring
+                log.debug("progress line failed", exc_info=True)
+
+    thread = threading.Thread(target=loop, name="dpspark-progress-every", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

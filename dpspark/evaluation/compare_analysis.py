@@ -23,6 +23,16 @@ def with_epsilon(spec: MechanismSpec, epsilon: float) -> MechanismSpec:
     return mechanisms.parse({**spec.parameters(), "epsilon": float(epsilon)})
 
 
+def round_robin(items: list[Any], series: Any) -> list[Any]:
+    """``items`` with their series (``series(item)``) taken in turn: each series' first, then each one's
+    second, ...: compare measures every mechanism's cost early, and its estimate of the time left holds."""
+    by: dict[Any, list[Any]] = {}
+    for item in items:
+        by.setdefault(series(item), []).append(item)
+    queues = list(by.values())
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
 @dataclass(frozen=True)
 class Analysis:
     """The measured points (``compare.parquet``'s rows with their ``spec``), the comparison's settings

@@ -57,12 +57,12 @@ from dpspark.config import CompareConfig
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.evaluation import compare_report as cr
 from dpspark.evaluation import field_metrics as fm
-from dpspark.evaluation.compare_analysis import Analysis
+from dpspark.evaluation.compare_analysis import Analysis, round_robin
 from dpspark.mechanisms import MechanismSpec
 from dpspark.prepare import Prepared, prepare_grid, read_word_list
-from dpspark.progress import Progress, describe
+from dpspark.progress import Costs, describe, duration, eta_line, every, log_progress
 from dpspark.rng import derive_key, derived_generator, new_job_key
-from dpspark.spark import io, resources
+from dpspark.spark import backend, io, resources
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.transform import count_columns, map_in_arrow, perturb, token_counts
 from dpspark.spark.utility import (
@@ -77,6 +77,9 @@ from dpspark.text import tokenize
 log = logging.getLogger("dpspark")
 
 ORIGINAL = f"{TEXT}_original"  # the transform's keep_original column
+
+
+PROGRESS_EVERY = 20.0  # seconds between compare's run-wide progress lines
 
 
 def run_compare(config: CompareConfig, spark: SparkSession | None = None, df: DataFrame | None = None) -> dict:
@@ -119,43 +122,63 @@ class Comparison:
         self.timings: dict[str, float] = {}
         self.skipped: list[dict[str, Any]] = []  # settings the vocabulary refuses, with the reason
         self.probe: Any = None  # a Space of the vocabulary, to ask each setting whether it can run
+        self.costs = Costs()  # seconds per setting measured: the estimate of the time left
+        self.pending: list[MechanismSpec] = []  # the settings of the stage being measured, not yet done
+        self.expected_extra = 0.0  # refinement or solve points still expected
+        self.step, self.chunk_started = "preparation", time.monotonic()
 
     # --- the steps -------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        c = self.config
+        started = time.monotonic()
         try:
-            t0 = time.perf_counter()
-            self.emb = c.load_embeddings()
-            specs = self.usable(c.settings())
-            preps = prepare_settings(c, specs, self.emb, self.workdir / "grid")
-            self.first = preps[0]
-            self.timings["preparation_s"] = time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            describe(self.spark, "compare", "non-private baseline", self.out.run_id)
-            self.ships.append(resources.ship(self.spark, self.first.write_bundle))
-            self.base_bundle = self.ships[0].name
-            self.fitted_plain = self.model.fit(self.train, self.base_bundle)
-            self.baseline = self.model.score(self.fitted_plain, self.test, self.base_bundle)
-            self.corpus = self.corpus_facts()
-            self.vocabulary_only = self.measure_vocabulary_only()
-            self.timings["baseline_s"] = time.perf_counter() - t0
-
-            self.measure(preps, "grid")
-            rounds, stage = (c.solve_rounds, "solve") if c.solve else (c.refine, "refinement")
-            for round_ in range(rounds):
-                analysis = self.analysis()
-                extra = self.usable(analysis.solve_points() if c.solve else analysis.refinements())
-                if not extra:
-                    break
-                more = prepare_settings(c, extra, self.emb, self.workdir / f"{stage}-{round_}")
-                self.measure(more, f"{stage} {round_ + 1}")
+            with every(PROGRESS_EVERY, self.report_progress):
+                self.steps()
+            log_progress(f"compare: {len(self.points)} settings measured in {duration(time.monotonic() - started)}")
         finally:
             for s in self.ships:
                 s.close()
             shutil.rmtree(self.workdir, ignore_errors=True)
+        self.step = "writing the report"
         return self.publish()
+
+    def steps(self) -> None:
+        """Prepare, the baseline and vocabulary only, the grid, then the refinement (or solve) rounds."""
+        c = self.config
+        t0 = time.perf_counter()
+        self.step = "preparing the grid's mechanisms"
+        self.emb = c.load_embeddings()
+        specs = self.usable(c.settings())
+        preps = prepare_settings(c, specs, self.emb, self.workdir / "grid")
+        self.first = preps[0]
+        self.timings["preparation_s"] = time.perf_counter() - t0
+        rounds, stage = (c.solve_rounds, "solve") if c.solve else (c.refine, "refinement")
+        # before the grid is measured: about one point per series in each of the first two rounds
+        self.expected_extra = float(len({spec.series_label() for spec in specs}) * min(rounds, 2))
+        self.pending = list(specs)
+
+        t0 = time.perf_counter()
+        self.step = "the non-private baseline and vocabulary only"
+        describe(self.spark, "compare", "non-private baseline", self.out.run_id)
+        self.ships.append(resources.ship(self.spark, self.first.write_bundle))
+        self.base_bundle = self.ships[0].name
+        self.fitted_plain = self.model.fit(self.train, self.base_bundle)
+        self.baseline = self.model.score(self.fitted_plain, self.test, self.base_bundle)
+        self.corpus = self.corpus_facts()
+        self.vocabulary_only = self.measure_vocabulary_only()
+        self.timings["baseline_s"] = time.perf_counter() - t0
+
+        self.measure(preps, "grid")
+        for round_ in range(rounds):
+            analysis = self.analysis()
+            extra = self.usable(analysis.solve_points() if c.solve else analysis.refinements())
+            if not extra:
+                break
+            # this round's points, and half as many in each round left (at most two more)
+            self.expected_extra = len(extra) / 2 * min(rounds - round_ - 1, 2)
+            more = prepare_settings(c, extra, self.emb, self.workdir / f"{stage}-{round_}")
+            self.measure(more, f"{stage} {round_ + 1}")
+        self.expected_extra = 0.0
 
     def usable(self, specs: list[MechanismSpec]) -> list[MechanismSpec]:
         """The settings this vocabulary can take; the others (e.g. Truncated Gumbel at or below its
@@ -176,52 +199,88 @@ class Comparison:
         return kept
 
     def measure(self, preps: list[Prepared], stage: str) -> None:
-        """Utility, the text metrics, re-identification and MLDP's Nw/Sw of every setting of ``preps``."""
-        c = self.config
-        t0 = time.perf_counter()
-        describe(self.spark, "compare", f"{stage}: re-identification of {len(preps)} settings", self.out.run_id)
-        risks = self.reidentification(preps)
+        """Utility, the text metrics, re-identification and MLDP's Nw/Sw of every setting of ``preps``, a
+        chunk of settings at a time (two per executor core), the mechanisms taken in turn, so that the
+        cost of each is measured early and the estimate of the time left holds; the points are kept in
+        the order of ``preps``."""
         phase = "grid" if stage == "grid" else "refinement"
-        self.add_time(f"{phase}_reidentification_s", time.perf_counter() - t0)
-        risk_share = (time.perf_counter() - t0) / len(preps)
-        started = time.perf_counter()
-        progress = Progress("compare", len(preps))
-        for i, prep in enumerate(preps):
-            spec = prep.spec
+        order = round_robin(preps, lambda prep: prep.spec.series_label())
+        self.pending = [prep.spec for prep in order]
+        size = max(2, 2 * backend.cores(self.spark))
+        first = len(self.points)
+        for k in range(0, len(order), size):
+            chunk = order[k : k + size]
+            self.step, self.chunk_started = f"{stage}: re-identification of {len(chunk)} settings", time.monotonic()
             t0 = time.perf_counter()
-            describe(self.spark, "compare", f"{stage}: {spec.label()}, {c.repeats} perturbations", self.out.run_id)
-            if prep is self.first:
-                bundle = self.base_bundle  # the baseline's bundle is the first setting's
-            else:
-                self.ships.append(resources.ship(self.spark, prep.write_bundle))
-                bundle = self.ships[-1].name
-            scores: dict[str, list[dict[str, float]]] = {m: [] for m in utility.MODES}
-            sums = None
-            for r in range(c.repeats):
-                for mode in utility.MODES:
-                    key = derive_key(self.master, mode, setting_key(spec), r)
-                    testing = mode == "test-time"
-                    run_id = io.new_run_id()
-                    data = self.test if testing else self.train
-                    noisy = perturb(data, bundle, key, [TEXT], testing, run_id).drop(*count_columns(run_id))
-                    noisy = noisy.persist(StorageLevel.MEMORY_ONLY)  # it holds the raw text: never on disk
-                    try:
-                        if testing:
-                            scores[mode].append(self.model.score(self.fitted_plain, noisy.drop(ORIGINAL), bundle))
-                            aligned = not spec.term_frequencies
-                            part = text_metric_sums(noisy, bundle, self.rare, c.pp_tokens, aligned)
-                            sums = part if sums is None else sums + part
-                        else:
-                            fitted = self.model.fit(noisy, bundle)
-                            scores[mode].append(self.model.score(fitted, self.test, bundle))
-                    finally:
-                        noisy.unpersist()
-            point = self.point(prep, scores, sums, risks[i])
-            point["time_s"] = round(time.perf_counter() - t0 + risk_share, 3)
-            point["stage"] = stage
-            self.points.append(point)
-            progress.report(i + 1, (i + 1) / len(preps))
-        self.add_time(f"{phase}_utility_s", time.perf_counter() - started)
+            describe(self.spark, "compare", self.step, self.out.run_id)
+            risks = self.reidentification(chunk)
+            risk_share = (time.perf_counter() - t0) / len(chunk)
+            self.add_time(f"{phase}_reidentification_s", time.perf_counter() - t0)
+            for prep, risk_row in zip(chunk, risks):
+                t0 = time.perf_counter()
+                self.step = f"{stage}: {prep.spec.label()}, utility"
+                point = self.point(prep, *self.utility_of(prep, stage), risk_row)
+                point["time_s"] = round(time.perf_counter() - t0 + risk_share, 3)
+                point["stage"] = stage
+                self.points.append(point)
+                self.pending.remove(prep.spec)
+                self.costs.record(prep.spec.series_label(), prep.spec.name, point["time_s"])
+                self.add_time(f"{phase}_utility_s", time.perf_counter() - t0)
+            self.chunk_started = time.monotonic()
+        rank = {id(prep.spec): i for i, prep in enumerate(preps)}
+        self.points[first:] = sorted(self.points[first:], key=lambda p: rank[id(p["spec"])])
+
+    def utility_of(self, prep: Prepared, stage: str) -> tuple[dict[str, list[dict[str, float]]], Any]:
+        """R perturbations of each split by the release's transform: the utility scores of both modes and
+        the text metrics' sums (test split)."""
+        c, spec = self.config, prep.spec
+        describe(self.spark, "compare", f"{stage}: {spec.label()}, {c.repeats} perturbations", self.out.run_id)
+        if prep is self.first:
+            bundle = self.base_bundle  # the baseline's bundle is the first setting's
+        else:
+            self.ships.append(resources.ship(self.spark, prep.write_bundle))
+            bundle = self.ships[-1].name
+        scores: dict[str, list[dict[str, float]]] = {m: [] for m in utility.MODES}
+        sums = None
+        for r in range(c.repeats):
+            for mode in utility.MODES:
+                key = derive_key(self.master, mode, setting_key(spec), r)
+                testing = mode == "test-time"
+                run_id = io.new_run_id()
+                data = self.test if testing else self.train
+                noisy = perturb(data, bundle, key, [TEXT], testing, run_id).drop(*count_columns(run_id))
+                noisy = noisy.persist(StorageLevel.MEMORY_ONLY)  # it holds the raw text: never on disk
+                try:
+                    if testing:
+                        scores[mode].append(self.model.score(self.fitted_plain, noisy.drop(ORIGINAL), bundle))
+                        aligned = not spec.term_frequencies
+                        part = text_metric_sums(noisy, bundle, self.rare, c.pp_tokens, aligned)
+                        sums = part if sums is None else sums + part
+                    else:
+                        fitted = self.model.fit(noisy, bundle)
+                        scores[mode].append(self.model.score(fitted, self.test, bundle))
+                finally:
+                    noisy.unpersist()
+        return scores, sums
+
+    # --- the estimate of the time left -------------------------------------------------------------
+
+    def remaining(self) -> float | None:
+        """Seconds left in all: the settings of this stage not yet measured (each at its series', else
+        its mechanism's, else the mean measured cost) less the time the current chunk has run, and the
+        refinement or solve points still expected (``expected_extra``) at the mean cost."""
+        if not self.costs.seen:
+            return None
+        mean = sum(t for *_, t in self.costs.seen) / len(self.costs.seen)
+        left = sum(self.costs.estimate(s.series_label(), s.name) or mean for s in self.pending)
+        chunk = self.pending[: max(2, 2 * backend.cores(self.spark))]
+        running = sum(self.costs.estimate(s.series_label(), s.name) or mean for s in chunk)
+        left -= min(time.monotonic() - self.chunk_started, 0.9 * running)
+        return max(left, 0.0) + self.expected_extra * mean
+
+    def report_progress(self) -> None:
+        planned = len(self.points) + len(self.pending) + round(self.expected_extra)
+        log_progress(eta_line("compare", len(self.points), planned, self.remaining(), self.step))
 
     def add_time(self, key: str, seconds: float) -> None:
         self.timings[key] = self.timings.get(key, 0.0) + seconds

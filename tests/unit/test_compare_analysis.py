@@ -142,3 +142,12 @@ def test_solve_without_a_bound_is_refused_before_anything_runs():
     with pytest.raises(ConfigError, match="--solve searches the ε that meets a bound: give --max-reidentification"):
         CompareConfig.parse(values)
     assert CompareConfig.parse({**values, "max_reidentification": 0.2}).solve
+
+
+def test_round_robin_takes_the_series_in_turn():
+    from dpspark.evaluation.compare_analysis import round_robin
+
+    items = [("laplace", 1), ("laplace", 5), ("laplace", 10), ("tem", 1), ("santext", 1), ("santext", 5)]
+    got = round_robin(items, lambda item: item[0])
+    assert got == [("laplace", 1), ("tem", 1), ("santext", 1), ("laplace", 5), ("santext", 5), ("laplace", 10)]
+    assert round_robin([], lambda item: item) == []

@@ -51,3 +51,36 @@ def test_a_unit_longer_than_the_heartbeat_still_shows_a_line(monkeypatch):
     monkeypatch.setattr(progress, "HEARTBEAT", 0.0)
     p.report(0, 0.0)
     assert p.lines == [p.lines[0]] * 2 and p.lines[0].startswith("privacy-risk: exact likelihoods: 0/4 tasks done")
+
+
+def test_costs_estimate_from_the_series_then_the_mechanism_then_all():
+    from dpspark.progress import Costs, eta_line
+
+    c = Costs()
+    assert c.estimate("tem β=0.001", "tem") is None
+    c.record("tem β=0.001", "tem", 10.0)
+    c.record("tem β=0.001", "tem", 20.0)
+    c.record("laplace", "laplace", 4.0)
+    assert c.estimate("tem β=0.001", "tem") == 15.0  # its series
+    assert c.estimate("tem β=0.01", "tem") == 15.0  # its mechanism
+    assert c.estimate("santext", "santext") == pytest.approx(34 / 3)  # everything measured
+    assert eta_line("compare", 3, 40, 125.0, "grid: santext ε=5, utility") == (
+        "compare: 3/40 settings measured (grid: santext ε=5, utility); about 2 min 05 s to go"
+    )
+    assert eta_line("compare", 0, 40, None, "preparing").endswith("; estimating the time left")
+
+
+def test_every_calls_while_the_body_runs_and_survives_a_failing_call():
+    from dpspark.progress import every
+
+    calls = []
+
+    def call():
+        calls.append(1)
+        raise RuntimeError("a progress line must never end the work")
+
+    with every(0.02, call):
+        time.sleep(0.2)
+    n = len(calls)
+    time.sleep(0.05)
+    assert n >= 3 and len(calls) == n  # called repeatedly, and not after the body
