@@ -507,7 +507,8 @@ class Comparison:
             grid = prepare_grid(c, specs, self.workdir / f"risk-{len(self.points)}", self.emb)
         self.ships.append(resources.ship(self.spark, lambda d: grid.write_bundle(d, c.embeddings_dir)))
         doc = (self.df, c.text_column, self.token_rows, self.sensitive) if self.sensitive else None
-        rows, _ = risk_rows(self.spark, c, grid, self.ships[-1].name, self.prior, self.sensitive, doc)
+        key = derive_key(self.master, "reidentification", *(setting_key(s) for s in specs))  # a part's own draws
+        rows, _ = risk_rows(self.spark, c, grid, self.ships[-1].name, self.prior, self.sensitive, doc, key)
         keep = [f"{k}{t}" for k in ("top1", "top5", "unchanged") for t in ("", "_lo", "_hi")]
         keep += ["attacker", "attacker_top5", "likelihood", "converged", "fit_runs"]
         keep += [f"doc_exposure{t}" for t in ("", "_lo", "_hi")] + ["doc_rows"]

@@ -344,6 +344,7 @@ def risk_rows(
     prior: dict[int, float],
     sensitive: set[int],
     doc: tuple[DataFrame, str, dict[str, int], set[int]] | None = None,
+    job_key: bytes | None = None,
 ) -> tuple[list[dict], int]:
     """The figures of every setting of ``grid`` as rows (dicts; nothing written): every attacker's shares
     and 95% intervals, the strongest attacker's (``top1``, ``top5``, ``attacker``), the convergence of the
@@ -363,12 +364,14 @@ def risk_rows(
         sensitive: the embedding rows of the sensitive words among ``prior``.
         doc: (corpus, text column, token → embedding row of every corpus token with a vector, embedding
             rows of the sensitive words): the per-document exposure, ``config.doc_runs`` runs per row.
+        job_key: the key of the runs' draws (default: a new one, or the seed's); a caller measuring a grid
+            in parts gives each part its own.
     """
     specs, mechs = grid.specs, grid.mechanisms()
     rows = np.array(sorted(prior), dtype=np.int64)
     half = config.runs // 2
     items = plan(specs, rows, config.runs, config.words_per_task, half)
-    job_key = new_job_key(config.seed)
+    job_key = job_key or new_job_key(config.seed)
     exact = exact_attack(spark, bundle, mechs, prior, sensitive, config.runs)
     fitted = {i for i, e in exact.items() if e is None}
     prior_df = spark.createDataFrame(
