@@ -4,8 +4,9 @@
 the CLI's ``--mechanism`` choices, YAML, the notebooks' dropdowns and the Python API read it.
 
 Adding a mechanism is one module (a spec with ``build``/``guarantee`` and a ``WordMechanism``
-sampler, with ``distribution`` where a closed form exists), one line below, and one entry in
-the conformance suite (``tests/statistical/test_conformance.py``).
+sampler, with ``distribution`` where a closed form exists), one line in
+``dpspark/mechanisms/registry.py``, and one entry in the conformance suite
+(``tests/statistical/test_conformance.py``): no edit here.
 """
 
 from __future__ import annotations
@@ -14,30 +15,10 @@ from typing import Any
 
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import GUARANTEE_TYPES, MechanismSpec, Space, WordMechanism
-from dpspark.mechanisms.custext import CusText, CusTextPlus
-from dpspark.mechanisms.diffractor import Diffractor
-from dpspark.mechanisms.noise import CHUNK, Laplace, Mahalanobis, NoiseMechanism, sample_noise, sample_radial
-from dpspark.mechanisms.santext import SanText
-from dpspark.mechanisms.santext_plus import SanTextPlus
-from dpspark.mechanisms.syntf import SynTF, SynTFWords
-from dpspark.mechanisms.tem import TEM
-from dpspark.mechanisms.truncated_gumbel import TruncatedGumbel
-from dpspark.mechanisms.vickrey import Vickrey
+from dpspark.mechanisms.noise import CHUNK, NoiseMechanism, sample_noise, sample_radial
+from dpspark.mechanisms.registry import load
 
-REGISTRY: dict[str, type[MechanismSpec]] = {
-    "mahalanobis": Mahalanobis,
-    "laplace": Laplace,
-    "vickrey": Vickrey,
-    "tem": TEM,
-    "santext": SanText,
-    "santext-plus": SanTextPlus,
-    "custext": CusText,
-    "custext-plus": CusTextPlus,
-    "syntf-words": SynTFWords,
-    "syntf": SynTF,
-    "1-diffractor": Diffractor,
-    "truncated-gumbel": TruncatedGumbel,
-}
+REGISTRY: dict[str, type[MechanismSpec]] = load()  # dpspark.mechanisms.registry: one line per mechanism
 
 __all__ = [
     "CHUNK",
