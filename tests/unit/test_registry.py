@@ -29,4 +29,4 @@ def test_the_command_line_offers_every_registered_mechanism():
     parser = cli.build_parser()
     perturb = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["perturb"]
     (mechanism,) = [a for a in perturb._actions if "--mechanism" in a.option_strings]
-    assert list(mechanism.choices) == list(REGISTRY)
+    assert mechanism.metavar == "{" + ",".join(REGISTRY) + "}"
