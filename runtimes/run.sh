@@ -16,13 +16,13 @@
 # and the "no pinned version moved" check runs again. A cold machine builds them from nothing.
 #
 # Prints one line per runtime (resolves, passed, failed, install and suite minutes) and exits non-zero
-# when any runtime fails. The standalone-cluster tests run only on the newest pins (see NEWEST).
+# when any runtime fails. The standalone-cluster tests run in make test only: a Databricks runtime never
+# runs a standalone cluster, and a user's own cluster runs its own pyspark, which make test's stands for.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 WORK=${RUNTIMES_DIR:-$ROOT/.runtimes}
 CACHE=${RUNTIMES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dpspark/runtimes}
-NEWEST=dbr-17.3-lts
 mkdir -p "$WORK" "$CACHE"
 
 install_only=no reuse_wheel=no names=()
@@ -110,9 +110,8 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
     if [ "$resolves" = yes ] && [ "$install_only" = no ]; then
         venv=$(cat "$WORK/$name.venv")
         # runtime: the tests whose code path depends on pyspark, pyarrow, pandas, numpy or Python
-        # (CONTRIBUTING.md); the rest run once, in make test. cluster: the newest pins only.
+        # (CONTRIBUTING.md); the rest run once, in make test, the standalone-cluster tests included.
         marks="runtime and not cluster"
-        [ "$name" = "$NEWEST" ] && marks="runtime"
         # pyspark 3.5's wheel has no Spark Connect server (its jar comes from Maven): the
         # Connect tests then run this runtime's client against the checkout's newer server
         # (the checkout's venv: DPSPARK_VENV, which make sets from its VENV; .venv by default).
