@@ -84,6 +84,12 @@ def geometry(vectors: np.ndarray, lam: float) -> Geometry:
     both need ξ_min > 0.
     """
     lam = check_lambda(lam)
+    v, d = np.asarray(vectors).shape
+    if v <= d:
+        raise EmbeddingError(
+            f"a vocabulary of {v} words cannot give a positive-definite covariance in {d} dimensions: use at "
+            f"least {d + 1} words (--vocab-size), or a mechanism that needs no covariance"
+        )
     sigma = scaled_covariance(vectors)
     xi, q = np.linalg.eigh(sigma)
     if xi[0] <= _PD_TOLERANCE:

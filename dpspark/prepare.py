@@ -21,7 +21,7 @@ from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
 from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings, select_vocabulary
-from dpspark.errors import ConfigError, EmbeddingError
+from dpspark.errors import ConfigError
 from dpspark.mechanisms import MechanismSpec, Space, WordMechanism, sample_noise
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index, recall_at_1
 from dpspark.rng import secure_generator
@@ -102,11 +102,6 @@ def prepare_grid(
     emb = embeddings or config.load_embeddings()
     timings["load_embeddings_s"] = time.perf_counter() - t0
     rows = vocabulary_rows(config, emb, vocab_words)
-    if len(rows) <= emb.dim:
-        raise EmbeddingError(
-            f"a vocabulary of {len(rows)} words cannot give a positive-definite covariance in {emb.dim} "
-            f"dimensions: use at least {emb.dim + 1} words (--vocab-size)"
-        )
     t0 = time.perf_counter()
     device = getattr(config, "device", "auto")
     # The driver searches on its own GPU where it has one; "cuda" is the executors' requirement.
@@ -127,7 +122,8 @@ def prepare_grid(
         space.artefact(CORPUS_COUNTS, lambda: counts_over_vocabulary(space, corpus_counts))
     t0 = time.perf_counter()
     for lam in sorted({lam for spec in specs for lam in noise_lambdas(spec)}):
-        space.geometry(lam)  # Σ and A once, on the driver (also refuses a degenerate Σ before any Spark work)
+        space.geometry(lam)  # Σ and A once, on the driver (also refuses a degenerate Σ before any Spark work:
+        # only the settings that need Σ refuse a vocabulary of at most d words)
     timings["covariance_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     # The mechanisms' other public arrays, and their checks against this vocabulary, before any Spark work.

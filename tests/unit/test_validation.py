@@ -308,3 +308,17 @@ def test_utility_loss_keeps_a_nan_of_either_mode():
 
 # Calibrate's reading of report files (malformed files refused, NaN figures) needs the session's file
 # system: tests/spark/test_calibrate.py.
+
+
+def test_only_a_setting_that_needs_the_covariance_refuses_a_vocabulary_of_at_most_d_words():
+    from dpspark.config import RiskConfig
+    from dpspark.errors import EmbeddingError
+    from dpspark.prepare import prepare_grid
+
+    values = {"text_column": "t", "output": "o", "epsilons": "5", "vocab_size": 40}  # 40 words, 50 dimensions
+    exponential = RiskConfig.parse({**values, "mechanisms": "tem,santext"})
+    grid = prepare_grid(exponential, exponential.settings(), None)
+    assert len(grid.vocab_rows) == 40 and [m.spec.name for m in grid.mechanisms()] == ["tem", "santext"]
+    config = RiskConfig.parse({**values, "mechanisms": "mahalanobis"})
+    with pytest.raises(EmbeddingError, match="a vocabulary of 40 words cannot give a positive-definite covariance"):
+        prepare_grid(config, config.settings(), None)
