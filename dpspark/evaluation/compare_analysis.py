@@ -280,3 +280,27 @@ class Analysis:
         if eq.epsilon is None:
             return "not met at any measured ε" if best is None else "met at every measured ε"
         return f"between {eq.bracket[0]:g} and {eq.bracket[1]:g}, not yet within the tolerance"
+
+    def refinement_outlook(self, planned: dict[str, list[float]], rounds: int) -> float:
+        """The refinement points still to come while the grid is measured (for the estimate of the time
+        left): per aim and series, none where the series' smallest grid ε already misses the aim or its
+        largest already meets it (the crossing lies outside the grid, where no point is added), one per
+        round (at most two) where the measured points bracket it, and one where it is not known yet.
+
+        Args:
+            planned: each series' grid ε.
+            rounds: the refinement rounds.
+        """
+        if rounds == 0:
+            return 0.0
+        expected = 0.0
+        for _, curves, target in self.aims():
+            for series, grid in planned.items():
+                pts = {p.epsilon: p.value for p in curves.get(series, [])}
+                lo, hi = min(grid), max(grid)
+                if (lo in pts and pts[lo] > target) or (hi in pts and pts[hi] <= target):
+                    continue  # outside the grid: the report says which way to look, no point is added
+                measured = sorted(pts)
+                brackets = any(pts[a] <= target < pts[b] for a, b in zip(measured, measured[1:]))
+                expected += min(rounds, 2) if brackets else 1.0
+        return expected

@@ -124,7 +124,9 @@ class Comparison:
         self.probe: Any = None  # a Space of the vocabulary, to ask each setting whether it can run
         self.costs = Costs()  # seconds per setting measured: the estimate of the time left
         self.pending: list[MechanismSpec] = []  # the settings of the stage being measured, not yet done
-        self.expected_extra = 0.0  # refinement or solve points still expected
+        self.planned_extra: float | None = None  # after the grid: the refinement or solve points still expected
+        self.grid_epsilons: dict[str, list[float]] = {}
+        self.solve_prior: float | None = None  # --solve: the points expected before any is measured
         self.step, self.chunk_started = "preparation", time.monotonic()
 
     # --- the steps -------------------------------------------------------------------------------
@@ -153,8 +155,12 @@ class Comparison:
         self.first = preps[0]
         self.timings["preparation_s"] = time.perf_counter() - t0
         rounds, stage = (c.solve_rounds, "solve") if c.solve else (c.refine, "refinement")
-        # before the grid is measured: about one point per series in each of the first two rounds
-        self.expected_extra = float(len({spec.series_label() for spec in specs}) * min(rounds, 2))
+        self.grid_epsilons = {}
+        for spec in specs:
+            self.grid_epsilons.setdefault(spec.series_label(), []).append(spec.epsilon)
+        # solve: about three points per series and bound; refine: the outlook of the points measured so far
+        if c.solve:
+            self.solve_prior = 3.0 * len(self.grid_epsilons) * max(1, len(Analysis([], c, {}).bounds()))
         self.pending = list(specs)
 
         t0 = time.perf_counter()
@@ -175,10 +181,10 @@ class Comparison:
             if not extra:
                 break
             # this round's points, and half as many in each round left (at most two more)
-            self.expected_extra = len(extra) / 2 * min(rounds - round_ - 1, 2)
+            self.planned_extra = len(extra) / 2 * min(rounds - round_ - 1, 2)
             more = prepare_settings(c, extra, self.emb, self.workdir / f"{stage}-{round_}")
             self.measure(more, f"{stage} {round_ + 1}")
-        self.expected_extra = 0.0
+        self.planned_extra = 0.0
 
     def usable(self, specs: list[MechanismSpec]) -> list[MechanismSpec]:
         """The settings this vocabulary can take; the others (e.g. Truncated Gumbel at or below its
@@ -276,10 +282,21 @@ class Comparison:
         chunk = self.pending[: max(2, 2 * backend.cores(self.spark))]
         running = sum(self.costs.estimate(s.series_label(), s.name) or mean for s in chunk)
         left -= min(time.monotonic() - self.chunk_started, 0.9 * running)
-        return max(left, 0.0) + self.expected_extra * mean
+        return max(left, 0.0) + self.expected_extra() * mean
+
+    def expected_extra(self) -> float:
+        """Refinement or solve points still expected: once the grid is measured, the next round's count
+        and half as many per round left; while it is measured, the outlook of the points so far."""
+        if self.planned_extra is not None:
+            return self.planned_extra
+        if self.solve_prior is not None:
+            return self.solve_prior
+        if not hasattr(self, "baseline"):
+            return float(len(self.grid_epsilons) * min(self.config.refine, 2))
+        return self.analysis().refinement_outlook(self.grid_epsilons, self.config.refine)
 
     def report_progress(self) -> None:
-        planned = len(self.points) + len(self.pending) + round(self.expected_extra)
+        planned = len(self.points) + len(self.pending) + round(self.expected_extra())
         log_progress(eta_line("compare", len(self.points), planned, self.remaining(), self.step))
 
     def add_time(self, key: str, seconds: float) -> None:

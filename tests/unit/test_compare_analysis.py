@@ -151,3 +151,17 @@ def test_round_robin_takes_the_series_in_turn():
     got = round_robin(items, lambda item: item[0])
     assert got == [("laplace", 1), ("tem", 1), ("santext", 1), ("laplace", 5), ("santext", 5), ("laplace", 10)]
     assert round_robin([], lambda item: item) == []
+
+
+def test_the_refinement_outlook_counts_only_crossings_the_grid_can_hold():
+    """While the grid is measured: a series whose smallest ε already exceeds the target gets no refinement
+    point (the crossing lies below the grid), one whose points bracket it one per round (at most two), one
+    not measured yet one."""
+    plan = {"santext": [1.0, 5.0, 10.0], "tem β=0.001": [1.0, 5.0, 10.0], "laplace": [1.0, 5.0, 10.0]}
+    points = [
+        point("santext", 1.0, 0.02, 0.6),  # meets the 0.10 target at ε = 1 ...
+        point("santext", 5.0, 0.30, 0.9),  # ... not at 5: the crossing is inside the grid
+        point("tem", 1.0, 0.25, 0.7),  # misses it at the smallest ε: below the grid, never refined
+    ]
+    assert Analysis(points, settings(), BASELINE).refinement_outlook(plan, rounds=2) == 2 + 0 + 1
+    assert Analysis(points, settings(), BASELINE).refinement_outlook(plan, rounds=0) == 0
