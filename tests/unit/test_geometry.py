@@ -54,8 +54,12 @@ def test_euclidean_epsilon_bound_holds(vectors):
 
 def test_rank_deficient_vocabulary_is_rejected():
     x = np.random.default_rng(3).standard_normal((5, 8))  # 5 points span at most 4 dimensions
-    with pytest.raises(EmbeddingError, match="positive definite"):
+    with pytest.raises(EmbeddingError, match="a vocabulary of 5 words cannot give a positive-definite covariance"):
         geometry(x, 1.0)
+    # more words than dimensions, all in a 3-dimensional subspace: the eigenvalue check refuses it
+    y = np.random.default_rng(4).standard_normal((20, 3)) @ np.random.default_rng(5).standard_normal((3, 8))
+    with pytest.raises(EmbeddingError, match="not positive definite"):
+        geometry(y, 1.0)
 
 
 @pytest.mark.parametrize("lam", [-0.1, 1.5, float("nan")])
