@@ -90,13 +90,17 @@ class Progress:
 
 
 @contextmanager
-def watching(progress: Progress, poll: Callable[[], tuple[int, float]], every: float = 10.0) -> Iterator[None]:
-    """Report ``poll()`` = (units done, fraction done) every ``every`` seconds while the body runs."""
+def periodically(seconds: float, call: Callable[[], None]) -> Iterator[None]:
+    """Call ``call()`` every ``seconds`` while the body runs (a daemon thread; a failure of ``call`` is
+    logged at debug level and the calls go on: a progress line must never end the work)."""
     stop = threading.Event()
 
     def loop() -> None:
-        while not stop.wait(every):
-            progress.report(*poll())
+        while not stop.wait(seconds):
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - see the docstring
+                log.debug("progress line failed", exc_info=True)
 
     thread = threading.Thread(target=loop, name="dpspark-progress", daemon=True)
     thread.start()
@@ -105,6 +109,13 @@ def watching(progress: Progress, poll: Callable[[], tuple[int, float]], every: f
     finally:
         stop.set()
         thread.join()
+
+
+@contextmanager
+def watching(progress: Progress, poll: Callable[[], tuple[int, float]], every: float = 10.0) -> Iterator[None]:
+    """Report ``poll()`` = (units done, fraction done) every ``every`` seconds while the body runs."""
+    with periodically(every, lambda: progress.report(*poll())):
+        yield
     progress.report(*poll())
 
 
@@ -135,25 +146,3 @@ def eta_line(label: str, done: int, planned: int, remaining: float | None, step:
 
 def log_progress(text: str) -> None:
     log.info(text)
-
-
-@contextmanager
-def every(seconds: float, call: Callable[[], None]) -> Iterator[None]:
-    """Call ``call()`` every ``seconds`` while the body runs (a daemon thread; a failure of ``call`` is
-    logged at debug level and the calls go on: a progress line must never end the work)."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(seconds):
-            try:
-                call()
-            except Exception:  # noqa: BLE001 - see the docstring
-                log.debug("progress line failed", exc_info=True)
-
-    thread = threading.Thread(target=loop, name="dpspark-progress-every", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()

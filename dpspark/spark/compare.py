@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -60,14 +59,15 @@ from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.compare_analysis import Analysis, round_robin
 from dpspark.mechanisms import MechanismSpec
 from dpspark.prepare import Prepared, prepare_grid, read_word_list
-from dpspark.progress import Costs, describe, duration, eta_line, every, log_progress
+from dpspark.progress import Costs, describe, duration, eta_line, log_progress, periodically
 from dpspark.rng import derive_key, derived_generator, new_job_key
-from dpspark.spark import backend, io, resources
+from dpspark.spark import backend, resources
 from dpspark.spark.reports import ReportOutput
-from dpspark.spark.transform import count_columns, map_in_arrow, perturb, token_counts
+from dpspark.spark.transform import map_in_arrow, token_counts
 from dpspark.spark.utility import (
     TEXT,
     Model,
+    perturbed,
     prepare_settings,
     run_labelled,
     setting_key,
@@ -134,7 +134,7 @@ class Comparison:
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
         try:
-            with every(PROGRESS_EVERY, self.report_progress):
+            with periodically(PROGRESS_EVERY, self.report_progress):
                 self.steps()
             log_progress(f"compare: {len(self.points)} settings measured in {duration(time.monotonic() - started)}")
         finally:
@@ -252,10 +252,7 @@ class Comparison:
             for mode in utility.MODES:
                 key = derive_key(self.master, mode, setting_key(spec), r)
                 testing = mode == "test-time"
-                run_id = io.new_run_id()
-                data = self.test if testing else self.train
-                noisy = perturb(data, bundle, key, [TEXT], testing, run_id).drop(*count_columns(run_id))
-                noisy = noisy.persist(StorageLevel.MEMORY_ONLY)  # it holds the raw text: never on disk
+                noisy = perturbed(self.test if testing else self.train, bundle, key, keep=testing)
                 try:
                     if testing:
                         scores[mode].append(self.model.score(self.fitted_plain, noisy.drop(ORIGINAL), bundle))
@@ -310,11 +307,8 @@ class Comparison:
         out: dict[str, float] = {}
         for mode in utility.MODES:
             testing = mode == "test-time"
-            run_id = io.new_run_id()
-            data = self.test if testing else self.train
             key = derive_key(self.master, "vocabulary-only", mode)
-            text = perturb(data, self.base_bundle, key, [TEXT], False, run_id, vocabulary_only=True)
-            text = text.drop(*count_columns(run_id)).persist(StorageLevel.MEMORY_ONLY)  # raw text: never on disk
+            text = perturbed(self.test if testing else self.train, self.base_bundle, key, vocabulary_only=True)
             try:
                 fitted = self.fitted_plain if testing else self.model.fit(text, self.base_bundle)
                 scores = self.model.score(fitted, text if testing else self.test, self.base_bundle)

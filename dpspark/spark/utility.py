@@ -315,11 +315,13 @@ def prepare_settings(
     ]
 
 
-def perturbed(df: DataFrame, bundle: str, key: bytes) -> DataFrame:
-    """``df`` with its text perturbed by the release's executor transform, persisted in memory."""
+def perturbed(df: DataFrame, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False) -> DataFrame:
+    """``df`` with its text perturbed by the release's executor transform (``keep``: the original beside it;
+    ``vocabulary_only``: no noise, each word its nearest vocabulary word), persisted in memory only: it
+    holds the raw text, never on disk."""
     run_id = io.new_run_id()
-    out = perturb(df, bundle, key, [TEXT], False, run_id).drop(*count_columns(run_id))
-    return out.persist(StorageLevel.MEMORY_ONLY)
+    out = perturb(df, bundle, key, [TEXT], keep, run_id, vocabulary_only=vocabulary_only)
+    return out.drop(*count_columns(run_id)).persist(StorageLevel.MEMORY_ONLY)
 
 
 def run_labelled(

@@ -70,8 +70,8 @@ def test_costs_estimate_from_the_series_then_the_mechanism_then_all():
     assert eta_line("compare", 0, 40, None, "preparing").endswith("; estimating the time left")
 
 
-def test_every_calls_while_the_body_runs_and_survives_a_failing_call():
-    from dpspark.progress import every
+def test_periodically_calls_while_the_body_runs_and_survives_a_failing_call():
+    from dpspark.progress import periodically
 
     calls = []
 
@@ -79,7 +79,7 @@ def test_every_calls_while_the_body_runs_and_survives_a_failing_call():
         calls.append(1)
         raise RuntimeError("a progress line must never end the work")
 
-    with every(0.02, call):
+    with periodically(0.02, call):
         time.sleep(0.2)
     n = len(calls)
     time.sleep(0.05)
