@@ -83,7 +83,6 @@ def noise_off(spark, data, corpus_vocab, tmp_path_factory):
     return root / "off", m, uri, run.info.run_id
 
 
-@pytest.mark.runtime
 def test_noise_off_gives_the_known_answers(noise_off):
     out, m, _, _ = noise_off
     (row,) = rows_of(out)
@@ -105,7 +104,6 @@ def test_noise_off_gives_the_known_answers(noise_off):
     assert m["files"] == ["compare.parquet", "equal_privacy.parquet", "frontier.png", "report.md", "report.html"]
 
 
-@pytest.mark.runtime
 def test_an_active_mlflow_run_gets_the_figures_the_settings_and_the_report(noise_off, tmp_path, monkeypatch):
     """Inside ``mlflow.start_run()``: every finite figure of compare.parquet as a metric of its setting,
     the comparison's settings and recommendation as parameters, the report's files as artifacts."""
