@@ -40,12 +40,15 @@ demo: $(DEMO_STAMP)
 # Tests run in parallel (pytest-xdist), one worker per core up to four, each with its own local Spark
 # session; tests that share a resource (a Connect server, a cluster) are grouped onto
 # one worker (xdist_group). The 25 slowest are listed at the end.
+# One BLAS (and torch) thread per process: the workers and their Spark sessions already share the cores,
+# and BLAS threads on top of them only oversubscribe them (dpspark's Spark workers use one thread already).
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+ONE_THREAD := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
+	$(ONE_THREAD) $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not spark and not slow"
+	$(ONE_THREAD) $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not spark and not slow"
 
 # The tests marked `runtime` under each Databricks LTS runtime's pinned libraries (runtimes/dbr-*.txt),
 # from pyenv's Python 3.10, 3.11 and 3.12; prints a table and fails when any runtime fails.

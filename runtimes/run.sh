@@ -123,7 +123,9 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
         # repo (runtimes run side by side: nothing either writes to its working directory is shared).
         mkdir -p "$WORK/$name.cwd"
         stamp "$name: suite" >>"$log"
-        (cd "$WORK/$name.cwd" && DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs \
+        # One BLAS and torch thread per process, as make test: two runtimes share the cores already.
+        (cd "$WORK/$name.cwd" && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+            DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs \
             --durations=25 -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" -m "$marks" "$ROOT/tests") >>"$log" 2>&1
         summary=$(grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$log" | tail -n 1)
         passed=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)

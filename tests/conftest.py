@@ -20,8 +20,22 @@ SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reviews.parquet"
 ONCE = {"statistical", "heavy", "readme"}
 
 
+def share_module_fixtures(item: pytest.Item) -> None:
+    """A Spark test that uses a fixture built once per module (``scope="module"``: a compare run of a minute,
+    say) joins its module's xdist group, unless it is in a group already: under ``--dist loadgroup`` those
+    tests then run on one worker, which builds the fixture once (two workers would each build it). The
+    numpy modules' fixtures take a second or less: their tests stay free to spread."""
+    if item.get_closest_marker("spark") is None or item.get_closest_marker("xdist_group") is not None:
+        return
+    defs = getattr(item, "_fixtureinfo", None)
+    if defs is not None and any(d[-1].scope == "module" for d in defs.name2fixturedefs.values() if d):
+        item.add_marker(pytest.mark.xdist_group(f"module-fixtures:{item.module.__name__}"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        share_module_fixtures(item)
         marks = {m.name for m in item.iter_markers()}
         if "runtime" in marks and marks & ONCE:
             raise pytest.UsageError(
