@@ -126,6 +126,44 @@ def test_fit_beta_recovers_santext_epsilon_over_two(world):
     assert risk.fit_beta(space, fit6) == pytest.approx(3.0, rel=0.05)
 
 
+def bisect_moment(dist, weight, observed, steps=60):
+    """The root of Σ weight·E_β[d] = observed by plain bisection in ln β over [1e-4, 1e4] (the reference)."""
+
+    def mean(beta):
+        p = np.exp(-beta * (dist - dist.min(axis=1, keepdims=True)))
+        p /= p.sum(axis=1, keepdims=True)
+        return float(weight @ (p * dist).sum(axis=1))
+
+    lo, hi = math.log(1e-4), math.log(1e4)
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean(math.exp(mid)) > observed else (lo, mid)
+    return math.exp((lo + hi) / 2)
+
+
+@pytest.mark.parametrize("beta", [0.01, 0.7, 3.0, 40.0, 900.0])
+def test_solve_moment_finds_the_bisections_root_in_a_few_passes(beta, monkeypatch):
+    """Safeguarded Newton in ln β lands on the root plain bisection finds (to 1e-9), in at most 30 passes
+    over the distances where bisection takes 60; outside [1e-4, 1e4] it returns the nearer end."""
+    rng = np.random.default_rng(int(beta * 100))
+    dist = rng.gamma(2.0, 0.5, size=(40, 300))
+    dist[np.arange(40), rng.integers(0, 300, 40)] = 0.0  # each word's own row
+    weight = rng.dirichlet(np.ones(40))
+    p = np.exp(-beta * (dist - dist.min(axis=1, keepdims=True)))
+    p /= p.sum(axis=1, keepdims=True)
+    observed = float(weight @ (p * dist).sum(axis=1))
+    passes = []
+    real_exp = np.exp
+    monkeypatch.setattr(risk.np, "exp", lambda x, *a, **k: passes.append(1) or real_exp(x, *a, **k))
+    got = risk.solve_moment(dist, weight, observed)
+    monkeypatch.undo()
+    assert got == pytest.approx(beta, rel=1e-9)
+    assert got == pytest.approx(bisect_moment(dist, weight, observed), rel=1e-9)
+    assert len(passes) <= 30, len(passes)
+    assert risk.solve_moment(dist, weight, float(dist.mean()) * 2) == 1e-4  # farther than any β predicts
+    assert risk.solve_moment(dist, weight, 0.0) == 1e4
+
+
 def test_model_guesses_with_the_true_beta_are_the_exact_attacker(world):
     """With β = ε/2 the model attacker of SanText is the exact-likelihood attacker: its guesses rank
     prior(w)·P(u|w) as ``exact_reidentification`` does, and its runs' figures agree with the exact ones
