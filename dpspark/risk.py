@@ -282,7 +282,9 @@ def fit_beta(space: Any, fit: Mapping[tuple[int, int], int]) -> float:
     ``solve_moment`` in log β within [1e-4, 1e4]."""
     words = model_words(np.array(sorted({w for w, _ in fit}), dtype=np.int64))
     keep = set(int(w) for w in words)
-    pairs = [(w, u, c) for (w, u), c in fit.items() if w in keep]
+    # In (w, u) order, not the order the counts were collected in: the observed mean is then the same float
+    # whatever the partitions' order (classic Spark and Connect), and so is β to the last bit.
+    pairs = sorted((w, u, c) for (w, u), c in fit.items() if w in keep)
     n = np.zeros(len(words))
     at = {int(w): i for i, w in enumerate(words)}
     observed = 0.0

@@ -124,6 +124,11 @@ def test_fit_beta_recovers_santext_epsilon_over_two(world):
     mech6 = parse({"name": "santext", "epsilon": 6.0}).build(space)
     fit6 = {(w, u): c for (_, w, u), c in compute_counts(items, b"\x05" * 16, [mech6]).items()}
     assert risk.fit_beta(space, fit6) == pytest.approx(3.0, rel=0.05)
+    # The order the counts arrive in (the partitions', which Connect and classic Spark need not share) does
+    # not move β by a bit: compare and privacy-risk publish it.
+    items6, rng = list(fit6.items()), np.random.default_rng(1)
+    shuffled = {risk.fit_beta(space, dict(items6[i] for i in rng.permutation(len(items6)))) for _ in range(20)}
+    assert shuffled == {risk.fit_beta(space, fit6)}
 
 
 def bisect_moment(dist, weight, observed, steps=60):
