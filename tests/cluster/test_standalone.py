@@ -124,14 +124,20 @@ class Cluster:
             + ["--webui-port", str(self.webui)],
         )
         for i in (1, 2):
-            work = self.root / f"work{i}"
-            work.mkdir()
-            self._start(
-                f"worker{i}",
-                ["org.apache.spark.deploy.worker.Worker", self.url, "--host", HOST, "--cores", "1"]
-                + ["--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(work)],
-                env={**self.env, "SPARK_WORKER_DIR": str(work)},
-            )
+            self.start_worker(i)
+        self.wait_for_workers()
+
+    def start_worker(self, i: int) -> None:
+        work = self.root / f"work{i}"
+        work.mkdir(exist_ok=True)
+        self._start(
+            f"worker{i}",
+            ["org.apache.spark.deploy.worker.Worker", self.url, "--host", HOST, "--cores", "1"]
+            + ["--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(work)],
+            env={**self.env, "SPARK_WORKER_DIR": str(work)},
+        )
+
+    def wait_for_workers(self) -> None:
         deadline = time.monotonic() + 60
         state: dict = {}
         while time.monotonic() < deadline:
@@ -282,6 +288,12 @@ def _python_worker_under(pgid: int) -> bool:
     return False
 
 
+def lost_a_task(log: str) -> bool:
+    """Whether the driver's log says an executor was lost with a task of its running (Spark 4's wording)."""
+    task = "its executor exited for a reason unrelated to the task" in log or "Lost task" in log
+    return "Lost executor" in log and task
+
+
 def test_perturb_survives_a_lost_worker(cluster, corpus, tmp_path, record_property):
     # Run 1: undisturbed.
     out1, log1 = tmp_path / "out1", tmp_path / "run1.log"
@@ -298,35 +310,40 @@ def test_perturb_survives_a_lost_worker(cluster, corpus, tmp_path, record_proper
     record_property("run1_s", round(t_run1, 1))
     print(f"[run 1] undisturbed: {t_run1:.1f} s")
 
-    # Run 2: same seed; kill worker 2 (and its executor) once tasks are running.
-    out2, log2 = tmp_path / "out2", tmp_path / "run2.log"
-    t0 = time.monotonic()
-    run2 = cluster.submit(corpus, out2, log2)
-    try:
-        deadline = t0 + 180
-        while not _python_worker_under(cluster.procs["worker2"].pid):
-            assert run2.poll() is None, "run 2 ended before worker 2's executor ran a Python (mapInArrow) task"
-            assert time.monotonic() < deadline, "worker 2's executor ran no Python task within 180 s"
-            time.sleep(0.1)
-        t_task = time.monotonic() - t0
-        # The Python worker starts with the executor's first Python task, which loads the bundle for several
-        # seconds: killing soon after hits it in flight. 2.5 s once missed every task under make test's load
-        # (the kill landed after worker 2's last task, and no task was lost).
-        time.sleep(0.5)
-        assert run2.poll() is None, "run 2 finished before the worker was killed"
-        cluster.kill("worker2")
-        t_kill = time.monotonic() - t0
-        assert run2.poll() is None, "run 2 finished before the worker was killed"
-        code = run2.wait(timeout=300)
-    finally:
-        if run2.poll() is None:
-            os.killpg(run2.pid, signal.SIGKILL)
-    t_run2 = time.monotonic() - t0
-    log = log2.read_text(errors="replace")
-    assert code == 0, log[-6000:]
-    # The kill hit a live executor while it computed a task (Spark 4.3's driver log wording).
-    assert "Lost executor" in log, log[-6000:]
-    assert "its executor exited for a reason unrelated to the task" in log or "Lost task" in log, log[-6000:]
+    # Run 2: same seed; kill worker 2 (and its executor) once tasks are running. The kill must land while a
+    # task runs there; on a loaded machine it can land between two of worker 2's tasks (no task lost, nothing
+    # shown): then worker 2 is started again and run 2 repeated, three tries at most.
+    for attempt in range(3):
+        if attempt:
+            cluster.start_worker(2)
+            cluster.wait_for_workers()
+        out2, log2 = tmp_path / f"out2-{attempt}", tmp_path / f"run2-{attempt}.log"
+        t0 = time.monotonic()
+        run2 = cluster.submit(corpus, out2, log2)
+        try:
+            deadline = t0 + 180
+            while not _python_worker_under(cluster.procs["worker2"].pid):
+                assert run2.poll() is None, "run 2 ended before worker 2's executor ran a Python (mapInArrow) task"
+                assert time.monotonic() < deadline, "worker 2's executor ran no Python task within 180 s"
+                time.sleep(0.1)
+            t_task = time.monotonic() - t0
+            time.sleep(0.5)  # the Python worker starts with the executor's first Python task: hit it in flight
+            assert run2.poll() is None, "run 2 finished before the worker was killed"
+            cluster.kill("worker2")
+            t_kill = time.monotonic() - t0
+            assert run2.poll() is None, "run 2 finished before the worker was killed"
+            code = run2.wait(timeout=300)
+        finally:
+            if run2.poll() is None:
+                os.killpg(run2.pid, signal.SIGKILL)
+        t_run2 = time.monotonic() - t0
+        log = log2.read_text(errors="replace")
+        assert code == 0, log[-6000:]
+        # The kill hit a live executor while it computed a task (Spark 4.3's driver log wording).
+        if lost_a_task(log):
+            break
+        print(f"[run 2, try {attempt + 1}] the kill at {t_kill:.1f} s landed between worker 2's tasks")
+    assert lost_a_task(log), log[-6000:]
     text2 = _check_output(corpus, out2)
     record_property("run2_s", round(t_run2, 1))
     record_property("run2_kill_at_s", round(t_kill, 1))
