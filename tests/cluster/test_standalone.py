@@ -99,8 +99,11 @@ class Cluster:
             "SPARK_PID_DIR": str(root / "pids"),
             "SPARK_WORKER_DIR": str(root / "work"),
         }
-        self.env.pop("PYSPARK_GATEWAY_PORT", None)
-        self.env.pop("PYSPARK_GATEWAY_SECRET", None)
+        # Nor the settings this process's own local session left in the environment (tests/conftest.py's
+        # spark fixture): its SPARK_SUBMIT_OPTS would give the cluster's driver that session's log4j2 setup,
+        # whose level hides the "Lost task" lines the lost-worker test reads (under make test, every time).
+        for name in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS"):
+            self.env.pop(name, None)
         for d in ("logs", "pids", "work"):
             (root / d).mkdir(parents=True, exist_ok=True)
 
