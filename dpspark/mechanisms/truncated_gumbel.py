@@ -92,7 +92,7 @@ ARTEFACT = "truncated-gumbel/diameters/v1"  # the version: a change of the pass 
 # The public constants of a vocabulary: Δ, Δ0, the threshold, b, K_max
 
 
-def diameters(vectors: np.ndarray, tile: int = TILE, shell: int = SHELL) -> np.ndarray:
+def diameters(vectors: np.ndarray, tile: int = TILE, shell: int = SHELL) -> np.ndarray:  # noqa: C901 - numeric kernel
     """[Δ, Δ0, n, far_a, far_b, near_a, near_b]: the largest and smallest Euclidean distance over the n
     distinct rows of ``vectors`` (V × d), and the rows of a pair attaining each (float64 array).
 

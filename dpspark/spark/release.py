@@ -31,6 +31,7 @@ import posixpath
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -81,98 +82,46 @@ def check_stream(df: DataFrame) -> None:
         )
 
 
+@dataclass
+class _Input:
+    """Where the release reads from: the DataFrame (or the input table's), its traced sources and files,
+    the partition spec, and once read: the files, the partition keys, the read splits and the spread."""
+
+    df: DataFrame | None
+    spec: dict[str, str] | None
+    source: DataFrame | None = None  # the input table's DataFrame
+    keys: list[str] = field(default_factory=list)
+    traced: Any = None  # lineage.sources(df)
+    files: list[str] | None = None
+    found: str | None = None  # the partition's directory under the input
+    size: int = 0
+    splits: dict = field(default_factory=dict)
+    spread: int | None = None  # tasks of an encrypted shuffle that spreads too few read splits
+
+
 def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | None = None) -> dict[str, Any]:
     """Run ``job`` as a release (see the module docstring); return its manifest."""
     c = job.config
     started, t_start = now(), time.time()
-    if not (c.output or c.output_table) or (df is None and not (c.input or c.input_table)):
-        raise ConfigError(
-            "an input and an output are required: --input PATH or --input-table TABLE, and --output PATH or "
-            "--output-table TABLE"
-        )
-    if df is not None:
-        check_stream(df)
-    spec = ledger.parse_spec(c.partition)
-    if spec is not None and df is not None:
-        raise ConfigError("partition releases read their input themselves: pass input= instead of a DataFrame")
+    inp = _Input(df, _check_call(c, df))
     spark = spark or (df.sparkSession if df is not None else get_session(c.master, c.batch_rows, c.remote))
     fs = FileSystem(spark)
     run_id = io.new_run_id()
 
-    # 1. paths (or tables): every source of the input, as the DataFrame's plan names them
-    source, keys, input_files, traced, found = None, [], None, None, None
-    if c.input_table:
-        source, keys = tables.read_input(spark, c.input_table, spec)
-    given = source if source is not None else df
-    if given is not None:
-        traced = lineage.sources(given)
-        if not traced.known and not c.input:
-            raise ConfigError(
-                "the DataFrame's sources cannot be traced (its plan reads "
-                + ", ".join(sorted(set(traced.unknown)))
-                + ": a checkpoint, an RDD, or rows built in Python or pandas), so dpspark cannot check that the "
-                "output stays clear of the raw data: pass input= naming where its rows were read from"
-            )
-        try:
-            input_files = given.inputFiles()
-        except Exception:  # noqa: BLE001 - some sources (tables on Connect) list no files
-            input_files = None
-    sources = traced.paths if traced is not None else []
-    if c.output_table:
-        target: io.Paths | tables.TableOutput = tables.TableOutput(
-            spark,
-            fs,
-            c.output_table,
-            c.table_format,
-            c.input_table,
-            io.input_roots(fs, c.input, sources),
-            traced.tables if traced is not None else [],
-        )
-    else:
-        target = io.Paths(fs, c.input, c.output, sources, command=job.command)
+    # 1. paths (or tables), 2. ledger (checked again, under the output's lock, when the release commits)
+    target = _target(job, spark, fs, inp)
     table_out = isinstance(target, tables.TableOutput)
-    root = target.inputs[0] if target.inputs else None  # the resolved --input, when given
-    if spec is not None and c.input:
-        spec, found = io.record_spec(fs, root, spec)
-    target.check_overlap()
-    io.check_writes(fs, target.inputs, local_writes(c))
-    existed = target.check_output(c.mode, partitioned=spec is not None)
-
-    # 2. ledger (checked again, under the output's lock, when the release commits)
+    existed = target.check_output(c.mode, partitioned=inp.spec is not None)
     earlier = target.read_ledger() if table_out else (io.read_ledger(fs, target.output) if existed else [])
-    clash = ledger.overlapping(earlier, spec)
-    if clash and not c.allow_rerelease:
-        last = clash[-1]
-        raise ReleaseRefusedError(
-            f"{ledger.spec_text(spec)} of {c.output or target.output} overlaps {len(clash)} earlier release(s) "
-            f"(latest: {ledger.spec_text(last['partition'])}, run {last['run_id']} at {last['finished_at']}, epsilon "
-            f"{last['epsilon']:g}); releasing the same records again spends privacy again (the epsilons add up): "
-            "pass --allow-rerelease to do it on purpose"
-        )
+    clash = _check_rerelease(c, target, inp.spec, earlier)
     removed = target.remove_stale()
 
     # 3. read and validate
-    size = 0
-    if source is not None:  # an input table
-        df, files = source, input_files or []
-        size = fs.size(root) if root else 0
-        splits = io.read_splits(spark, size, c.partitions) if root else {}
-    elif df is None:
-        df = io.read_input(spark, fs, c.input, spec)
-        size = fs.size(root + ("/" + found if spec else ""))
-        splits = io.read_splits(spark, size, c.partitions)
-        files = df.inputFiles()
-        keys = io.partition_keys(files, root)
-    else:
-        splits, files = {}, input_files or []
-    df = job.check(df)
-    spread = None  # too few read splits for the cores: spread the rows through an encrypted shuffle
-    if splits and not is_connect(spark) and io.encrypts_local_io(spark):
-        spread = io.spread_tasks(fs, files, spark.sparkContext.defaultParallelism)
-        if spread:
-            df = df.repartition(spread)
-    io.check_spec(spec, keys)
-    log.info(json.dumps({"event": f"{job.command}_started", "run_id": run_id, "partition": ledger.spec_text(spec)}))
+    df = job.check(_read(spark, fs, c, target, inp))
+    if inp.spread:
+        df = df.repartition(inp.spread)
+    io.check_spec(inp.spec, inp.keys)
+    log.info(json.dumps({"event": f"{job.command}_started", "run_id": run_id, "partition": ledger.spec_text(inp.spec)}))
 
     stage = target.stage_name(run_id)
     save = target.save if table_out else (lambda writer, stage: writer.parquet(stage))
@@ -180,46 +129,16 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
         # 4. prepare
         t0 = time.perf_counter()
         job.prepare(df, spark, run_id)
-        prep_s = time.perf_counter() - t0
+        timings = {"preparation_s": round(time.perf_counter() - t0, 3)}
 
         # 5. transform and write (one pass)
         t0 = time.perf_counter()
-        counts = _write(job, df, spark, run_id, stage, keys, splits, target.input or "the input", save)
-        write_s = time.perf_counter() - t0
-        if table_out:
-            changed = target.type_changes(files, stage, job.replaced_columns())
-        else:
-            changed = io.type_changes(fs, files, stage, job.replaced_columns())
-        if changed:
-            warnings.warn(
-                "Spark's Parquet mapping changed the type of column(s) "
-                + ", ".join(f"{x['column']} ({x['input_type']} -> {x['output_type']})" for x in changed)
-                + ": listed in the manifest under type_changes",
-                DPSparkWarning,
-                stacklevel=2,
-            )
-        if splits and not spread and not table_out and not is_connect(spark) and (spec is not None or not keys):
-            rel = io.find_partition(fs, stage, spec) if spec is not None else ""
-            written = f"{stage}/{rel}" if rel else stage
-            few = io.few_read_tasks(fs, written, size, splits, spark.sparkContext.defaultParallelism)
-            if few:
-                warnings.warn(few, DPSparkWarning, stacklevel=2)
+        counts = _write(job, df, spark, run_id, stage, inp.keys, inp.splits, target.input or "the input", save)
+        timings["transform_and_write_s"] = round(time.perf_counter() - t0, 3)
+        changed = _check_written(job, spark, fs, target, inp, stage)
 
         # 6. commit
-        mech = getattr(c, "spec", None)  # perturb's word mechanism (release-vectors': metric, Lipschitz in ε)
-        entry = ledger.entry(
-            run_id,
-            spec,
-            getattr(c, "epsilon", 0.0),
-            str(getattr(c, "mechanism", job.command)),
-            now(),
-            bool(clash),
-            guarantee_type=mech.guarantee_type if mech is not None else "metric",
-            p=getattr(mech, "p", None),
-            draws=getattr(mech, "draws", None),
-            command=job.command,
-            rows=counts["rows"],
-        )
+        entry = _ledger_entry(job, run_id, inp.spec, bool(clash), counts["rows"])
         manifest = {
             "manifest_version": io.MANIFEST_VERSION,
             "dpspark_version": dpspark.__version__,
@@ -229,30 +148,27 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             "finished_at": entry["finished_at"],
             "input": tables.ident(*tables.qualify(spark, c.input_table)) if c.input_table else target.input,
             "output": target.output,
-            "partition": ledger.spec_text(spec) if spec else None,
+            "partition": ledger.spec_text(inp.spec) if inp.spec else None,
             **job.manifest_fields(counts),
             "counts": counts,
             "ledger": ledger.summary([*earlier, entry]),
-            "timings": {
-                "preparation_s": round(prep_s, 3),
-                "transform_and_write_s": round(write_s, 3),
-            },
+            "timings": timings,
             "spark": {
                 "version": spark.version,
                 "master": "spark connect" if is_connect(spark) else spark.sparkContext.master,
             },
             # The input's row groups were too few for the cores: its rows were spread over this many
             # tasks by a shuffle whose local files the session encrypts (spark.io.encryption.enabled).
-            "spread": {"tasks": spread, "local_io_encrypted": True} if spread else None,
+            "spread": {"tasks": inp.spread, "local_io_encrypted": True} if inp.spread else None,
             "stale_temporaries_removed": len(removed),
             "type_changes": changed,
         }
         manifest["duration_s"] = round(time.time() - t_start, 3)
         manifest["status"] = "succeeded"  # the last key: a reader that sees it sees the whole manifest
         if table_out:
-            target.commit(stage, keys, spec, existed, earlier, entry, manifest, job.side_files())
+            target.commit(stage, inp.keys, inp.spec, existed, earlier, entry, manifest, job.side_files())
         else:
-            _commit(fs, target, stage, spec, existed, earlier, entry, manifest, job.side_files())
+            _commit(fs, target, stage, inp.spec, existed, earlier, entry, manifest, job.side_files())
     except BaseException:
         if table_out:
             target.drop(stage)
@@ -273,6 +189,150 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
         )
     )
     return manifest
+
+
+def _check_call(c: ReleaseSettings, df: DataFrame | None) -> dict[str, str] | None:
+    """The partition spec of the call, after refusing a call without an input or an output, a stream,
+    and a partition release handed a DataFrame."""
+    if not (c.output or c.output_table) or (df is None and not (c.input or c.input_table)):
+        raise ConfigError(
+            "an input and an output are required: --input PATH or --input-table TABLE, and --output PATH or "
+            "--output-table TABLE"
+        )
+    if df is not None:
+        check_stream(df)
+    spec = ledger.parse_spec(c.partition)
+    if spec is not None and df is not None:
+        raise ConfigError("partition releases read their input themselves: pass input= instead of a DataFrame")
+    return spec
+
+
+def _target(job: Job, spark: SparkSession, fs: FileSystem, inp: _Input) -> io.Paths | tables.TableOutput:
+    """The output (a path or a table), checked against every source of the input as the DataFrame's plan
+    names them, and against everything else the run writes (the embedding store, the artefact cache)."""
+    c = job.config
+    if c.input_table:
+        inp.source, inp.keys = tables.read_input(spark, c.input_table, inp.spec)
+    given = inp.source if inp.source is not None else inp.df
+    if given is not None:
+        inp.traced = lineage.sources(given)
+        if not inp.traced.known and not c.input:
+            raise ConfigError(
+                "the DataFrame's sources cannot be traced (its plan reads "
+                + ", ".join(sorted(set(inp.traced.unknown)))
+                + ": a checkpoint, an RDD, or rows built in Python or pandas), so dpspark cannot check that the "
+                "output stays clear of the raw data: pass input= naming where its rows were read from"
+            )
+        try:
+            inp.files = given.inputFiles()
+        except Exception:  # noqa: BLE001 - some sources (tables on Connect) list no files
+            inp.files = None
+    sources = inp.traced.paths if inp.traced is not None else []
+    target: io.Paths | tables.TableOutput
+    if c.output_table:
+        target = tables.TableOutput(
+            spark,
+            fs,
+            c.output_table,
+            c.table_format,
+            c.input_table,
+            io.input_roots(fs, c.input, sources),
+            inp.traced.tables if inp.traced is not None else [],
+        )
+    else:
+        target = io.Paths(fs, c.input, c.output, sources, command=job.command)
+    if inp.spec is not None and c.input:
+        inp.spec, inp.found = io.record_spec(fs, target.inputs[0], inp.spec)
+    target.check_overlap()
+    io.check_writes(fs, target.inputs, local_writes(c))
+    return target
+
+
+def _check_rerelease(
+    c: ReleaseSettings, target: io.Paths | tables.TableOutput, spec: dict[str, str] | None, earlier: list[dict]
+) -> list[dict[str, Any]]:
+    """The earlier releases of the same records; refused unless ``allow_rerelease``."""
+    clash = ledger.overlapping(earlier, spec)
+    if clash and not c.allow_rerelease:
+        last = clash[-1]
+        raise ReleaseRefusedError(
+            f"{ledger.spec_text(spec)} of {c.output or target.output} overlaps {len(clash)} earlier release(s) "
+            f"(latest: {ledger.spec_text(last['partition'])}, run {last['run_id']} at {last['finished_at']}, epsilon "
+            f"{last['epsilon']:g}); releasing the same records again spends privacy again (the epsilons add up): "
+            "pass --allow-rerelease to do it on purpose"
+        )
+    return clash
+
+
+def _read(
+    spark: SparkSession, fs: FileSystem, c: ReleaseSettings, target: io.Paths | tables.TableOutput, inp: _Input
+) -> DataFrame:
+    """The input DataFrame (the table's, the path's partition or the given one), with ``inp``'s files,
+    partition keys, read splits and spread filled in."""
+    root = target.inputs[0] if target.inputs else None  # the resolved --input, when given
+    if inp.source is not None:  # an input table
+        df, inp.files = inp.source, inp.files or []
+        inp.size = fs.size(root) if root else 0
+        inp.splits = io.read_splits(spark, inp.size, c.partitions) if root else {}
+    elif inp.df is None:
+        df = io.read_input(spark, fs, c.input, inp.spec)
+        inp.size = fs.size(root + ("/" + inp.found if inp.spec else ""))
+        inp.splits = io.read_splits(spark, inp.size, c.partitions)
+        inp.files = df.inputFiles()
+        inp.keys = io.partition_keys(inp.files, root)
+    else:
+        df, inp.files = inp.df, inp.files or []
+    if inp.splits and not is_connect(spark) and io.encrypts_local_io(spark):
+        # too few read splits for the cores: spread the rows through an encrypted shuffle
+        inp.spread = io.spread_tasks(fs, inp.files, spark.sparkContext.defaultParallelism)
+    return df
+
+
+def _check_written(
+    job: Job, spark: SparkSession, fs: FileSystem, target: io.Paths | tables.TableOutput, inp: _Input, stage: str
+) -> list[dict[str, str]] | None:
+    """The columns whose type Spark's Parquet mapping changed (warned); warns too when the output
+    was written with fewer read tasks than the cores could run."""
+    table_out = isinstance(target, tables.TableOutput)
+    if table_out:
+        changed = target.type_changes(inp.files, stage, job.replaced_columns())
+    else:
+        changed = io.type_changes(fs, inp.files, stage, job.replaced_columns())
+    if changed:
+        warnings.warn(
+            "Spark's Parquet mapping changed the type of column(s) "
+            + ", ".join(f"{x['column']} ({x['input_type']} -> {x['output_type']})" for x in changed)
+            + ": listed in the manifest under type_changes",
+            DPSparkWarning,
+            stacklevel=3,
+        )
+    spec = inp.spec
+    if inp.splits and not inp.spread and not table_out and not is_connect(spark) and (spec is not None or not inp.keys):
+        rel = io.find_partition(fs, stage, spec) if spec is not None else ""
+        written = f"{stage}/{rel}" if rel else stage
+        few = io.few_read_tasks(fs, written, inp.size, inp.splits, spark.sparkContext.defaultParallelism)
+        if few:
+            warnings.warn(few, DPSparkWarning, stacklevel=3)
+    return changed
+
+
+def _ledger_entry(job: Job, run_id: str, spec: dict[str, str] | None, again: bool, rows: int) -> dict[str, Any]:
+    """The release's ledger entry, with its mechanism's guarantee type (release-vectors': metric)."""
+    c = job.config
+    mech = getattr(c, "spec", None)  # perturb's word mechanism
+    return ledger.entry(
+        run_id,
+        spec,
+        getattr(c, "epsilon", 0.0),
+        str(getattr(c, "mechanism", job.command)),
+        now(),
+        again,
+        guarantee_type=mech.guarantee_type if mech is not None else "metric",
+        p=getattr(mech, "p", None),
+        draws=getattr(mech, "draws", None),
+        command=job.command,
+        rows=rows,
+    )
 
 
 def _write(
