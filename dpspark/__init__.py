@@ -87,33 +87,7 @@ def perturb_text(
     columns: list[str] | str,
     epsilon: float,
     *,
-    mechanism: Literal[
-        "mahalanobis",
-        "laplace",
-        "vickrey",
-        "tem",
-        "santext",
-        "santext-plus",
-        "custext",
-        "custext-plus",
-        "syntf-words",
-        "syntf",
-        "1-diffractor",
-        "truncated-gumbel",
-    ] = "mahalanobis",
-    lam: float | None = None,
-    t: float | None = None,
-    beta: float | None = None,
-    gamma: float | None = None,
-    p: float | None = None,
-    sensitive_fraction: float | None = None,
-    sensitive_words: str | None = None,
-    sensitive_from_corpus: bool | None = None,
-    top_k: int | None = None,
-    similarity: Literal["cosine", "euclidean"] | None = None,
-    noise: Literal["geometric", "tem"] | None = None,
-    lists: int | None = None,
-    draws: int | None = None,
+    mechanism: str = "mahalanobis",
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
     vocab_from_corpus: bool = False,
@@ -145,30 +119,9 @@ def perturb_text(
         df: the input DataFrame (bounded: a stream is refused).
         columns: the text column(s) to rewrite (a list, or one comma-separated string).
         epsilon: the privacy parameter ε (required: no default).
-        mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"``, ``"santext"``,
-            ``"santext-plus"``, ``"custext"``, ``"custext-plus"``, ``"syntf-words"``, ``"syntf"`` (adds
-            ``COL_tf``), ``"1-diffractor"`` or ``"truncated-gumbel"`` (``dpspark.mechanisms.REGISTRY``;
-            their guarantees differ).
-        lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1) and Vickrey's noise (None: 0);
-            Laplace is λ = 0.
-        t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
-        beta: TEM's bound on Pr[⊥] in (0, 1) (None: 0.001), which sets γ.
-        gamma: TEM's threshold γ > 0 instead of ``beta``; 1-Diffractor's TEM truncation in list
-            positions (None: 5).
-        p: SanText+'s probability in (0, 1] that a non-sensitive word is sampled (None: 0.2); it is
-            released verbatim otherwise.
-        sensitive_fraction: SanText+'s protected share of the vocabulary, least frequent first in
-            the embedding's own order (None: 0.5).
-        sensitive_words: SanText+'s protected words, a file with one per line (instead of
-            ``sensitive_fraction``).
-        sensitive_from_corpus: SanText+ protects the least frequent ``sensitive_fraction`` of the
-            input's vocabulary words by the input's own counts (outside the guarantee; warns).
-        top_k: CusText's and CusText+'s group size K ≥ 2 (None: 20).
-        similarity: CusText's similarity, ``"cosine"`` (None: the default) or ``"euclidean"``.
-        noise: 1-Diffractor's noise on list positions, ``"geometric"`` (None: the default) or ``"tem"``.
-        lists: 1-Diffractor's number of public lists (None: 1); each token's output is one list's
-            candidate, picked uniformly.
-        draws: SynTF's words per document (None: its number of in-vocabulary tokens).
+        mechanism: a name of ``dpspark.mechanisms.REGISTRY`` (``dpspark.mechanisms.names()``; default
+            ``"mahalanobis"``). Their guarantees differ (``docs/mechanisms.md``); ``"syntf"`` adds
+            ``COL_tf``.
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
         vocab_from_corpus: derive the vocabulary from the input (publishes its frequent
@@ -190,9 +143,12 @@ def perturb_text(
             publish the input's line breaks or whitespace (outside the guarantee; warns).
         keep_original: also return the raw text as ``COL_original`` (NOT private; warns).
         seed: a fixed seed, for tests and experiments only (warns).
-        **settings: the same settings spelled as in YAML (``**{"lambda": 0.5}``). The
-            settings of a written release (output, output_table, mode, partition, ...)
-            are refused with a ConfigError that names ``dpspark.release``.
+        **settings: the mechanism's own parameters (``lam=0.5``, ``top_k=20``, ``beta=0.001``, ...:
+            ``dpspark.mechanisms.parameters()`` lists each with the mechanisms that take it), checked
+            against the chosen mechanism: another mechanism's parameter is a ConfigError that names
+            this one's. Any setting may also be spelled as in YAML (``**{"lambda": 0.5}``). The
+            settings of a written release (output, output_table, mode, partition, ...) are refused
+            with a ConfigError that names ``dpspark.release``.
 
     Raises:
         ConfigError: a setting is invalid or belongs to a written release.
@@ -221,33 +177,7 @@ def release(
     input: str | None = None,  # noqa: A002 - the setting's name everywhere else (--input, YAML)
     input_table: str | None = None,
     partitions: int | None = None,
-    mechanism: Literal[
-        "mahalanobis",
-        "laplace",
-        "vickrey",
-        "tem",
-        "santext",
-        "santext-plus",
-        "custext",
-        "custext-plus",
-        "syntf-words",
-        "syntf",
-        "1-diffractor",
-        "truncated-gumbel",
-    ] = "mahalanobis",
-    lam: float | None = None,
-    t: float | None = None,
-    beta: float | None = None,
-    gamma: float | None = None,
-    p: float | None = None,
-    sensitive_fraction: float | None = None,
-    sensitive_words: str | None = None,
-    sensitive_from_corpus: bool | None = None,
-    top_k: int | None = None,
-    similarity: Literal["cosine", "euclidean"] | None = None,
-    noise: Literal["geometric", "tem"] | None = None,
-    lists: int | None = None,
-    draws: int | None = None,
+    mechanism: str = "mahalanobis",
     vocab_size: int = 50_000,
     vocab_file: str | None = None,
     vocab_from_corpus: bool = False,
@@ -270,10 +200,9 @@ def release(
     """Write a private release of ``df`` to ``output`` (a path) or ``output_table``, with its
     manifest and ledger entry; return the manifest.
 
-    The same path as ``dpspark perturb``: refuses an output overlapping the input or an
-    existing non-dpspark output, refuses records released before unless
-    ``allow_rerelease=True``, and commits atomically. The settings are those of
-    ``dpspark.config.PerturbConfig`` and are checked by it.
+    The same path as ``dpspark perturb``: refuses an output overlapping the input, an existing
+    non-dpspark output and records released before (unless ``allow_rerelease=True``), and commits
+    atomically. The settings are those of ``dpspark.config.PerturbConfig``, checked by it.
 
     Args:
         df: the input DataFrame (bounded: a stream is refused), or None where the release reads
@@ -288,36 +217,14 @@ def release(
             an earlier dpspark release, never anything else.
         partition: ETL: release one input partition (``"date=2026-11-21"``) into the same
             partition of the output; the input is then read from ``input``.
-        allow_rerelease: release records again on purpose (spends privacy again; recorded
-            in the ledger).
+        allow_rerelease: release records again on purpose (spends privacy again; in the ledger).
         input: where ``df``'s rows were read from, when its plan cannot tell (the output
             must stay clear of it).
         input_table: an input table (``catalog.schema.table``), read instead of ``df``.
         partitions: tasks to read the input with (smaller read splits).
-        mechanism: ``"mahalanobis"`` (default), ``"laplace"``, ``"vickrey"``, ``"tem"``, ``"santext"``,
-            ``"santext-plus"``, ``"custext"``, ``"custext-plus"``, ``"syntf-words"``, ``"syntf"`` (adds
-            ``COL_tf``), ``"1-diffractor"`` or ``"truncated-gumbel"`` (``dpspark.mechanisms.REGISTRY``;
-            their guarantees differ).
-        lam: λ in [0, 1] for the Mahalanobis mechanism (None: 1) and Vickrey's noise (None: 0);
-            Laplace is λ = 0.
-        t: Vickrey's t in [0, 1] (None: 0.5; 0 is the Laplace mechanism).
-        beta: TEM's bound on Pr[⊥] in (0, 1) (None: 0.001), which sets γ.
-        gamma: TEM's threshold γ > 0 instead of ``beta``; 1-Diffractor's TEM truncation in list
-            positions (None: 5).
-        p: SanText+'s probability in (0, 1] that a non-sensitive word is sampled (None: 0.2); it is
-            released verbatim otherwise.
-        sensitive_fraction: SanText+'s protected share of the vocabulary, least frequent first in
-            the embedding's own order (None: 0.5).
-        sensitive_words: SanText+'s protected words, a file with one per line (instead of
-            ``sensitive_fraction``).
-        sensitive_from_corpus: SanText+ protects the least frequent ``sensitive_fraction`` of the
-            input's vocabulary words by the input's own counts (outside the guarantee; warns).
-        top_k: CusText's and CusText+'s group size K ≥ 2 (None: 20).
-        similarity: CusText's similarity, ``"cosine"`` (None: the default) or ``"euclidean"``.
-        noise: 1-Diffractor's noise on list positions, ``"geometric"`` (None: the default) or ``"tem"``.
-        lists: 1-Diffractor's number of public lists (None: 1); each token's output is one list's
-            candidate, picked uniformly.
-        draws: SynTF's words per document (None: its number of in-vocabulary tokens).
+        mechanism: a name of ``dpspark.mechanisms.REGISTRY`` (``dpspark.mechanisms.names()``; default
+            ``"mahalanobis"``). Their guarantees differ (``docs/mechanisms.md``); ``"syntf"`` adds
+            ``COL_tf``.
         vocab_size: the output vocabulary is the embedding's first ``vocab_size`` words.
         vocab_file: a public word list (one per line) as the output vocabulary instead.
         vocab_from_corpus: derive the vocabulary from the input (publishes its frequent
@@ -337,10 +244,12 @@ def release(
         oov_token: the placeholder of the ``unk`` policy.
         layout: ``"single"`` (tokens joined by single spaces); ``"lines"`` and ``"keep"``
             publish the input's line breaks or whitespace (outside the guarantee; warns).
-        keep_original: also write the raw text as ``COL_original`` (NOT private; warns,
-            and the manifest says so).
+        keep_original: also write the raw text as ``COL_original`` (NOT private; warns, in the manifest).
         seed: a fixed seed, for tests and experiments only (warns).
-        **settings: the same settings spelled as in YAML (``**{"lambda": 0.5}``).
+        **settings: the mechanism's own parameters (``lam=0.5``, ``top_k=20``, ``beta=0.001``, ...:
+            ``dpspark.mechanisms.parameters()`` lists each with the mechanisms that take it), checked
+            against the chosen mechanism: another mechanism's parameter is a ConfigError that names
+            this one's. Any setting may also be spelled as in YAML (``**{"lambda": 0.5}``).
 
     Returns:
         The release's manifest (also written to the output as ``_dpspark_manifest.json``).

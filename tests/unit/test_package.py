@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import dpspark
-from dpspark.config import PerturbConfig
+from dpspark import mechanisms
+from dpspark.config import PerturbConfig, _mechanism_parameters
 from dpspark.errors import ConfigError
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
@@ -25,6 +26,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SESSION = ("master", "remote", "batch_rows")  # the DataFrame's session is used; a session setting changes nothing
 CLI_ONLY = ("quiet",)  # what the command prints; the functions print nothing
 READS = ("input", "input_table", "partitions")  # where a release reads from; a transform reads df
+
+
+# The mechanisms' own parameters come in through **settings, checked against the registry: adding a
+# mechanism (or a parameter) edits no signature here.
+MECHANISM_PARAMETERS = tuple(_mechanism_parameters())
 
 
 def release_only() -> tuple[str, ...]:
@@ -76,7 +82,7 @@ def test_py_typed_is_shipped():
 )
 def test_explicit_parameters_are_the_models_fields(fn, not_taken):
     params = settings_of(getattr(dpspark, fn))
-    expected = set(PerturbConfig.fields()) - set(not_taken())
+    expected = set(PerturbConfig.fields()) - set(not_taken()) - set(MECHANISM_PARAMETERS)
     assert set(params) == expected, (
         f"dpspark.{fn}: missing {sorted(expected - set(params))}, not in PerturbConfig {sorted(set(params) - expected)}"
     )
@@ -94,7 +100,9 @@ def test_explicit_defaults_and_choices_are_the_models(fn):
         assert p.default == field.default, (
             f"dpspark.{fn}({name}=...) defaults to {p.default!r}, the model to {field.default!r}"
         )
-        if typing.get_origin(field.outer_type_) is typing.Literal:
+        if name == "mechanism":  # a name of the registry, checked by the model
+            assert hints[name] is str and set(typing.get_args(field.outer_type_)) == set(mechanisms.names())
+        elif typing.get_origin(field.outer_type_) is typing.Literal:
             hint = hints[name]
             if type(None) in typing.get_args(hint):  # Optional[Literal[...]]: None leaves the mechanism's default
                 (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -120,6 +128,50 @@ def test_all_defaults_spelled_out_give_the_same_config(fn):
     params = {k: v for k, v in params.items() if k in PerturbConfig.__fields__}
     minimal = {"columns": ["text"], "epsilon": 10.0, "output": "out"}
     assert PerturbConfig.parse({**params, **minimal}) == PerturbConfig.parse(minimal)
+
+
+@pytest.mark.parametrize("fn", ["perturb_text", "release"])
+def test_no_mechanism_is_spelled_out_in_the_public_functions(fn):
+    """The registry is the one list: no parameter of a mechanism in the signature, no mechanism named in
+    the code but the default (a new mechanism needs no edit of dpspark/__init__.py)."""
+    func = getattr(dpspark, fn)
+    assert not set(settings_of(func)) & set(MECHANISM_PARAMETERS)
+    code = inspect.getsource(func).split('"""')[-1]  # the body after the docstring
+    signature = inspect.getsource(func).split('"""')[0]
+    for name in mechanisms.names():
+        assert f'"{name}"' not in code
+        assert f'"{name}"' not in signature or name == PerturbConfig.__fields__["mechanism"].default
+
+
+@pytest.mark.parametrize("fn", ["perturb_text", "release"])
+@pytest.mark.parametrize(
+    ("mechanism", "given", "field", "value"),
+    [
+        ("custext", {"top_k": 5}, "top_k", 5),
+        ("1-diffractor", {"noise": "tem", "gamma": 3}, "gamma", 3.0),
+        ("vickrey", {"lambda": 0.25, "t": 0.75}, "lam", 0.25),
+        ("syntf", {"draws": 7}, "draws", 7),
+    ],
+)
+def test_mechanism_parameters_reach_the_model_through_settings(monkeypatch, fn, mechanism, given, field, value):
+    seen = spy(monkeypatch, fn)
+    getattr(dpspark, fn)(
+        None,
+        columns="text",
+        epsilon=10,
+        mechanism=mechanism,
+        **given,
+        **({} if fn == "perturb_text" else {"output": "out"}),
+    )
+    config = PerturbConfig.parse({"output": "out", **seen})
+    assert getattr(config.spec, field) == value
+
+
+def test_a_foreign_mechanism_parameter_is_refused_by_name(monkeypatch):
+    seen = spy(monkeypatch, "release")
+    dpspark.release(None, "out", "text", 10, mechanism="tem", top_k=5)
+    with pytest.raises(ConfigError, match=r"top_k: is not a parameter of tem \(its parameters: beta, gamma\)"):
+        PerturbConfig.parse(seen)
 
 
 def spy(monkeypatch, name: str) -> dict:
