@@ -192,8 +192,43 @@ def embedding_report(
     words = [embeddings.words[i] for i in vocab_rows]
     ks = [k for k in KS if k <= n_words - 1]
     timings: dict[str, float] = {}
+    knn_section, pct, nn_dist, nn_idx = _knn_percentiles(vocab, ks, sample, seed, timings)
+    t0 = time.perf_counter()
+    spectrum = _spectrum(vocab, lam)
+    timings["spectrum"] = time.perf_counter() - t0
+    medians = pct[PERCENTILES.index(50)]
+    noise = {
+        "meaning": (
+            "ε at which the mean noise radius of the multivariate Laplace mechanism (λ = 0), "
+            "E‖Z‖ = d/ε, equals the median distance to the k-th nearest neighbour: much smaller ε "
+            "moves a typical word past its k nearest neighbours, much larger ε rarely moves it"
+        ),
+        "ks": ks,
+        "epsilon": [float(dim / m) if m > 0 else None for m in medians],
+    }
+    return {
+        "title": "dpspark embedding report: the geometry that makes ε mean what it means",
+        "embeddings": {
+            "name": embeddings.name,
+            "sha256": embeddings.sha256,
+            "dim": int(dim),
+            "words": len(embeddings),
+        },
+        "vocabulary": {"size": int(n_words), "source": vocab_source or "given rows of the embedding"},
+        "knn_percentiles": knn_section,
+        "density": _density(words, nn_dist, nn_idx),
+        "spectrum": spectrum,
+        "noise_scale": noise,
+        "timings_s": timings,
+    }
 
-    # Xu et al. Table 5: the nearest-neighbour distance of every vocabulary word.
+
+def _knn_percentiles(
+    vocab: np.ndarray, ks: list[int], sample: int | None, seed: int, timings: dict[str, float]
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
+    """Feyisetan et al. Fig. 1's section (the k-th neighbour's distance percentiles over the sample), its
+    percentiles (len(PERCENTILES) × len(ks)), and every word's nearest-neighbour distance and row."""
+    n_words = len(vocab)
     t0 = time.perf_counter()
     all_words = sample is None or sample >= n_words
     if all_words:
@@ -217,7 +252,7 @@ def embedding_report(
         else f"{len(sample_rows)} of {n_words} vocabulary words drawn uniformly without replacement: "
         f"numpy.random.default_rng({seed}).choice({n_words}, size={len(sample_rows)}, replace=False)"
     )
-    knn_section = {
+    section = {
         "reference": "Feyisetan et al. 2020, Fig. 1 (distance to the k-th nearest neighbour, percentiles)",
         "ks": ks,
         "percentiles": list(PERCENTILES),
@@ -228,7 +263,13 @@ def embedding_report(
         "against": f"the whole {n_words}-word vocabulary, the queried word itself excluded",
         "percentile_method": "numpy.percentile, linear interpolation",
     }
+    return section, pct, nn_dist, nn_idx
 
+
+def _density(words: list[str], nn_dist: np.ndarray, nn_idx: np.ndarray) -> dict[str, Any]:
+    """Xu et al. Table 5: the nearest-neighbour distance of every vocabulary word, its sparsest and
+    densest words."""
+    n_words = len(words)
     top_n = min(TOP_N, n_words // 2)
     order = np.argsort(nn_dist, kind="stable")
     dense, sparse = order[:top_n], order[::-1][:top_n]
@@ -238,7 +279,7 @@ def embedding_report(
     def listing(ids: np.ndarray) -> list[dict[str, Any]]:
         return [{"word": words[i], "distance": float(nn_dist[i]), "nearest": words[nn_idx[i]]} for i in ids]
 
-    density = {
+    return {
         "reference": "Xu et al. 2020, Table 5 (density heterogeneity of the embedding space)",
         "words": int(n_words),
         "d_max": d_max,
@@ -254,12 +295,12 @@ def embedding_report(
         "not_computed": "p̄:50 (share of records containing the sparse words) needs a corpus",
     }
 
-    t0 = time.perf_counter()
-    geo = geometry(vocab, lam)
-    timings["spectrum"] = time.perf_counter() - t0
-    xi = np.sort(geo.eigenvalues)[::-1]
+
+def _spectrum(vocab: np.ndarray, lam: float) -> dict[str, Any]:
+    """Σ's spectrum (scaled to trace d) and the Euclidean-equivalent ε factor per λ (Xu et al. Lemmas 2–3)."""
+    xi = np.sort(geometry(vocab, lam).eigenvalues)[::-1]
     xi_min, xi_max = float(xi[-1]), float(xi[0])
-    spectrum = {
+    return {
         "reference": "Xu et al. 2020, §3 (Σ scaled to trace d) and Lemmas 2–3 (Euclidean-equivalent ε)",
         "lambda": lam,
         "eigenvalues": [float(e) for e in xi],
@@ -271,32 +312,6 @@ def embedding_report(
         "euclidean_epsilon_factor": [{"lambda": lm, "factor": _factor(lm, xi_min)} for lm in LAMBDAS],
         "euclidean_epsilon_factor_at_lambda": _factor(lam, xi_min),
         "meaning": "a run at ε with this λ is at most ε × factor differentially private in the Euclidean metric",
-    }
-
-    medians = pct[PERCENTILES.index(50)]
-    noise = {
-        "meaning": (
-            "ε at which the mean noise radius of the multivariate Laplace mechanism (λ = 0), "
-            "E‖Z‖ = d/ε, equals the median distance to the k-th nearest neighbour: much smaller ε "
-            "moves a typical word past its k nearest neighbours, much larger ε rarely moves it"
-        ),
-        "ks": ks,
-        "epsilon": [float(dim / m) if m > 0 else None for m in medians],
-    }
-    return {
-        "title": "dpspark embedding report: the geometry that makes ε mean what it means",
-        "embeddings": {
-            "name": embeddings.name,
-            "sha256": embeddings.sha256,
-            "dim": int(dim),
-            "words": len(embeddings),
-        },
-        "vocabulary": {"size": int(n_words), "source": vocab_source or "given rows of the embedding"},
-        "knn_percentiles": knn_section,
-        "density": density,
-        "spectrum": spectrum,
-        "noise_scale": noise,
-        "timings_s": timings,
     }
 
 
