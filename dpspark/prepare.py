@@ -76,6 +76,9 @@ class Grid:
         """Each setting's facts (``MechanismSpec.facts``), for the manifest."""
         return [spec.facts(self.space) for spec in self.specs]
 
+    def noise_facts(self) -> dict[str, Any]:
+        return noise_facts(self.specs, self.space)
+
 
 def prepare_grid(
     config: Any,
@@ -171,6 +174,16 @@ def write_inside_input(what: str, path: Any, given_input: str) -> ConfigError:
         f"{what} {path} lies inside the input {given_input}: dpspark would write into the raw data; choose a "
         "directory outside it"
     )
+
+
+def noise_facts(specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
+    """The λ grid of the settings that have a λ axis and each λ's Euclidean-equivalent ε factor (Xu et al.
+    Lemmas 2–3), as the grid commands' manifests state them (``lambdas``, ``euclidean_epsilon_factor``)."""
+    lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
+    return {
+        "lambdas": lams,
+        "euclidean_epsilon_factor": {str(lam): space.geometry(lam).euclidean_epsilon(1.0) for lam in lams},
+    }
 
 
 def noise_lambdas(spec: MechanismSpec) -> set[float]:

@@ -31,6 +31,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -369,30 +370,120 @@ def risk_rows(
     """
     specs, mechs = grid.specs, grid.mechanisms()
     rows = np.array(sorted(prior), dtype=np.int64)
-    half = config.runs // 2
-    items = plan(specs, rows, config.runs, config.words_per_task, half)
+    items = plan(specs, rows, config.runs, config.words_per_task, config.runs // 2)
     job_key = job_key or new_job_key(config.seed)
     exact = exact_attack(spark, bundle, mechs, prior, sensitive, config.runs)
-    fitted = {i for i, e in exact.items() if e is None}
-    prior_df = spark.createDataFrame(
-        [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
-    )
-    fit_runs = dict.fromkeys(range(len(specs)), half)
-    cap = fit_cap(config)
-    curve: dict[int, list[dict]] = {i: [] for i in range(len(specs))}
-    converged: dict[int, bool | None] = dict.fromkeys(range(len(specs)))
-    betas: dict[int, float] = {}
-    with io.SqlConf(spark, shuffle_settings(spark)):
-        counts = pair_counts(spark, items, job_key, bundle).persist(StorageLevel.MEMORY_AND_DISK)  # no raw text
+    fitted = _Fitted.measure(spark, config, items, job_key, bundle, mechs, prior, sensitive, exact)
+    exposure = {}
+    if doc is not None:
+        exposure = doc_exposures(*doc, bundle, list(range(len(specs))), config.doc_runs, job_key)
+
+    axes = report.axis_names()
+    out = []
+    for i, spec in enumerate(specs):
+        fields = fitted.result[i]
+        likelihood = "estimated: fitted runs and the model attacker"
+        if exact[i] is not None:
+            fields = {**risk.exact_row(exact[i]), **{f"estimated_{k}": fitted.result[i][k] for k in risk.RATES}}
+            likelihood = "exact (closed form)"
+        row = {
+            "mechanism": spec.name,
+            "setting": spec.series_label(),
+            "epsilon": spec.epsilon,
+            **{a: spec.axes().get(a) for a in axes},
+            "runs": config.runs,
+            "likelihood": likelihood,
+            **{f"estimated_{k}": None for k in risk.RATES},
+            **fields,
+            "nw_mean": fitted.nw[i],
+            "fit_runs": fitted.fit_runs[i],
+            "converged": fitted.converged[i],
+            "fit_curve": fitted.curve[i],
+            "model_beta": fitted.betas.get(i),
+        }
+        if doc is not None:
+            values, is_exact = exposure[i]
+            v, lo, hi = risk.doc_interval(np.array(values), config.doc_runs, is_exact)
+            row.update({"doc_exposure": v, "doc_exposure_lo": lo, "doc_exposure_hi": hi, "doc_rows": len(values)})
+            row["doc_exposure_exact"] = is_exact
+        out.append(row)
+    draws = sum(len(it.rows) * it.runs for it in items)  # the fitting runs added included
+    return out, draws
+
+
+def _point(fit_runs: int, result: dict) -> dict:
+    """One step of a fit curve."""
+    return {"fit_runs": fit_runs, "top1": result["top1"], "top5": result["top5"]}
+
+
+@dataclass
+class _Fitted:
+    """The runs' attack of every setting (``result``: shares and intervals, ``nw``: Nw out of the first K
+    runs), with the fitting runs doubled for the settings without exact likelihoods until they converge:
+    per setting its fitting runs, ``converged`` (None: exact likelihoods), the curve and the model's β."""
+
+    result: dict[int, dict]
+    nw: dict[int, float]
+    fit_runs: dict[int, int]
+    curve: dict[int, list[dict]]
+    converged: dict[int, bool | None]
+    betas: dict[int, float]
+
+    @classmethod
+    def measure(
+        cls,
+        spark: SparkSession,
+        config: RiskConfig,
+        items: list,
+        job_key: bytes,
+        bundle: str,
+        mechs: list,
+        prior: dict[int, float],
+        sensitive: set[int],
+        exact: dict[int, Any],
+    ) -> _Fitted:
+        """Draw ``items`` (the fitting runs added to it), fit and score every setting."""
+        n, half = len(mechs), config.runs // 2
+        fitted = {i for i, e in exact.items() if e is None}
+        prior_df = spark.createDataFrame(
+            [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
+        )
+        out = cls({}, {}, dict.fromkeys(range(n), half), {i: [] for i in range(n)}, dict.fromkeys(range(n)), {})
+        with io.SqlConf(spark, shuffle_settings(spark)):
+            counts = pair_counts(spark, items, job_key, bundle).persist(StorageLevel.MEMORY_AND_DISK)  # no raw text
+            try:
+                model, out.betas = model_attacker(counts, fitted, mechs, prior, spark, bundle)
+                out.result = attack(counts, prior_df, model=model)
+                out.nw = {i: r["nw_mean"] for i, r in out.result.items()}  # Nw of the first K runs, as privacy-stats
+                for i in fitted:
+                    out.curve[i].append(
+                        {"fit_runs": half, "top1": out.result[i]["top1"], "top5": out.result[i]["top5"]}
+                    )
+                counts = out._double(spark, config, counts, items, job_key, bundle, mechs, prior, prior_df, fitted)
+            finally:
+                counts.unpersist()
+        return out
+
+    def _double(
+        self,
+        spark: SparkSession,
+        config: RiskConfig,
+        counts: DataFrame,
+        items: list,
+        job_key: bytes,
+        bundle: str,
+        mechs: list,
+        prior: dict[int, float],
+        prior_df: DataFrame,
+        fitted: set[int],
+    ) -> DataFrame:
+        """Double the fitting runs of the unconverged settings (new draws added to ``counts`` and
+        ``items``) until top-1 and top-5 move by less than ``config.precision`` or the cap is reached;
+        returns the grown counts."""
+        pending, cap = set(fitted), fit_cap(config)
         try:
-            model, betas = model_attacker(counts, fitted, mechs, prior, spark, bundle)
-            result = attack(counts, prior_df, model=model)
-            nw = {i: r["nw_mean"] for i, r in result.items()}  # Nw out of the first K runs, as privacy-stats
-            for i in fitted:
-                curve[i].append({"fit_runs": half, "top1": result[i]["top1"], "top5": result[i]["top5"]})
-            pending = set(fitted)
-            while pending and 2 * max(fit_runs[i] for i in pending) <= cap:
-                extra = risk.more_fit_items(items, pending, max(fit_runs[i] for i in pending))
+            while pending and 2 * max(self.fit_runs[i] for i in pending) <= cap:
+                extra = risk.more_fit_items(items, pending, max(self.fit_runs[i] for i in pending))
                 items += extra
                 more = pair_counts(spark, extra, job_key, bundle).withColumn("half", F.lit(risk.FIT_HALF).cast("long"))
                 grown = (
@@ -405,54 +496,23 @@ def risk_rows(
                 counts = grown
                 now = counts.filter(F.col("setting").isin(sorted(pending)))
                 model, more_betas = model_attacker(now, pending, mechs, prior, spark, bundle)
-                betas.update(more_betas)
+                self.betas.update(more_betas)
                 step = attack(now, prior_df, model=model)
                 for i in sorted(pending):
-                    fit_runs[i] *= 2
-                    curve[i].append({"fit_runs": fit_runs[i], "top1": step[i]["top1"], "top5": step[i]["top5"]})
-                    if not risk.moved(result[i], step[i], config.precision):
-                        converged[i] = True
+                    self.fit_runs[i] *= 2
+                    self.curve[i].append(
+                        {"fit_runs": self.fit_runs[i], "top1": step[i]["top1"], "top5": step[i]["top5"]}
+                    )
+                    if not risk.moved(self.result[i], step[i], config.precision):
+                        self.converged[i] = True
                         pending.discard(i)
-                    result[i] = step[i]
-            for i in pending:
-                converged[i] = False
-        finally:
+                    self.result[i] = step[i]
+        except BaseException:
             counts.unpersist()
-    exposure = {}
-    if doc is not None:
-        exposure = doc_exposures(*doc, bundle, list(range(len(specs))), config.doc_runs, job_key)
-
-    axes = report.axis_names()
-    out = []
-    for i, spec in enumerate(specs):
-        fields = result[i]
-        likelihood = "estimated: fitted runs and the model attacker"
-        if exact[i] is not None:
-            fields = {**risk.exact_row(exact[i]), **{f"estimated_{k}": result[i][k] for k in risk.RATES}}
-            likelihood = "exact (closed form)"
-        row = {
-            "mechanism": spec.name,
-            "setting": spec.series_label(),
-            "epsilon": spec.epsilon,
-            **{a: spec.axes().get(a) for a in axes},
-            "runs": config.runs,
-            "likelihood": likelihood,
-            **{f"estimated_{k}": None for k in risk.RATES},
-            **fields,
-            "nw_mean": nw[i],
-            "fit_runs": fit_runs[i],
-            "converged": converged[i],
-            "fit_curve": curve[i],
-            "model_beta": betas.get(i),
-        }
-        if doc is not None:
-            values, is_exact = exposure[i]
-            v, lo, hi = risk.doc_interval(np.array(values), config.doc_runs, is_exact)
-            row.update({"doc_exposure": v, "doc_exposure_lo": lo, "doc_exposure_hi": hi, "doc_rows": len(values)})
-            row["doc_exposure_exact"] = is_exact
-        out.append(row)
-    draws = sum(len(it.rows) * it.runs for it in items)  # the fitting runs added included
-    return out, draws
+            raise
+        for i in pending:
+            self.converged[i] = False
+        return counts
 
 
 def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: DataFrame | None = None) -> dict:
@@ -475,79 +535,31 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_text_column(df, config.text_column)
         emb = config.load_embeddings()
-        with io.SqlConf(spark, shuffle_settings(spark)):
-            tokens = token_counts(df, config.text_column)
-        embedded = sorted(
-            ((c, emb.word_index[t]) for t, c in tokens.items() if t in emb.word_index), key=lambda x: (-x[0], x[1])
-        )
-        if not embedded:
-            raise InputDataError(
-                f"text column {config.text_column!r} has no token with a vector in {emb.name}: nothing to measure"
-            )
-        all_tokens, embedded_tokens = sum(tokens.values()), sum(c for c, _ in embedded)
-        measured = embedded[: config.max_words] if config.max_words else embedded
-        prior = {w: float(c) for c, w in measured}
-        sensitive: set[int] = set()
-        sensitive_given = 0
-        if config.sensitive_words:
-            words = [w.lower() for w in read_word_list(config.sensitive_words)]
-            sensitive_given = len(words)
-            sensitive = {emb.word_index[w] for w in words if w in emb.word_index and emb.word_index[w] in prior}
-
+        corpus = _Corpus.count(df, config, emb)
         specs = config.settings()
         grid = prepare_grid(config, specs, out.local)
         vocab_rows = grid.vocab_rows
         shipment = resources.ship(spark, lambda d: grid.write_bundle(d, config.embeddings_dir))
         if grid.annoy is not None:
             (out.local / "index.ann").unlink(missing_ok=True)
-        noise_lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
         half = config.runs // 2
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         doc = None
         if config.sensitive_words:
-            index = {t: emb.word_index[t] for t in tokens if t in emb.word_index}
-            listed = {emb.word_index[w] for w in words if w in emb.word_index}
+            index = {t: emb.word_index[t] for t in corpus.tokens if t in emb.word_index}
+            listed = {emb.word_index[w] for w in corpus.listed if w in emb.word_index}
             doc = (df, config.text_column, index, listed & set(index.values()))
-        table_rows, draws = risk_rows(spark, config, grid, shipment.name, prior, sensitive, doc)
+        table_rows, draws = risk_rows(spark, config, grid, shipment.name, corpus.prior, corpus.sensitive, doc)
         risk_s = time.perf_counter() - t0
         pq.write_table(pa.Table.from_pylist(table_rows), out.local / "risk.parquet")
-        coverage = sum(prior.values()) / embedded_tokens
-        notes = [
-            f"Attacker: knows the mechanism ({', '.join(dict.fromkeys(spec.name for spec in specs))}), the "
-            f"embedding, the {len(vocab_rows)}-word "
-            "vocabulary and the corpus word frequencies. Reported: the strongest of three attackers on the same "
-            "scoring runs (column `attacker`): the identity guess (each released word is its own original: "
-            "its top-1 is the unchanged share), the Bayes guess argmax prior(w)·P(u|w) with exact likelihoods "
-            "where the mechanism has a closed form, else with likelihoods fitted on the runs (`bayes`), and "
-            "for the latter also the model guess with P(u|w) ∝ exp(−β·d(w,u)), β fitted by maximum likelihood "
-            "on the same runs (`model`).",
-            f"Fitted likelihoods from K/2 = {half} runs per word, doubled with new runs until top-1 and top-5 move "
-            f"by less than {100 * config.precision:g} percentage points (at most {fit_cap(config)} fitting runs); "
-            f"scored on the other {half} independent runs. "
-            f"{len(prior)} corpus words with a vector, {100 * coverage:.1f}% of the tokens with a vector "
-            f"({100 * embedded_tokens / all_tokens:.1f}% of all tokens; the rest are released as [UNK]).",
-            "In brackets: 95% intervals over the scoring runs (per-word binomial, Agresti–Coull; zero width "
-            "for exact figures).",
-        ]
-        unconverged = [r["setting"] + f" ε={r['epsilon']:g}" for r in table_rows if r["converged"] is False]
-        if unconverged:
-            notes.append(
-                f"Not converged at {fit_cap(config)} fitting runs (raise --max-fit-runs): {', '.join(unconverged)}."
-            )
-        if config.sensitive_words:
-            notes.append(f"Sensitive words: {len(sensitive)} of the {sensitive_given} listed occur in the corpus.")
-            notes.append(
-                f"Per-document exposure: the share of the {table_rows[0]['doc_rows']} rows holding a sensitive word "
-                "in which one of their sensitive words appears anywhere in the perturbed row (exact where the "
-                f"mechanism has a closed form, else from {config.doc_runs} perturbations of each row)."
-            )
+        notes = _notes(config, specs, len(vocab_rows), corpus, table_rows)
         (out.local / "summary.md").write_text(
             risk.summary_md(table_rows, "Re-identification risk", notes), encoding="utf-8"
         )
-        plot = risk.write_plot(table_rows, out.local, len(prior), len(vocab_rows), emb.name)
-        first_draws = len(specs) * len(prior) * config.runs
+        plot = risk.write_plot(table_rows, out.local, len(corpus.prior), len(vocab_rows), emb.name)
+        first_draws = len(specs) * len(corpus.prior) * config.runs
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-risk",
@@ -561,7 +573,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
             "epsilons": config.epsilons,
-            "lambdas": noise_lams,
+            "lambdas": grid.noise_facts()["lambdas"],
             "runs": config.runs,
             "fit_runs": half,
             "score_runs": half,
@@ -571,16 +583,8 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "precision": config.precision,
             "max_fit_runs": fit_cap(config),
             "doc_runs": config.doc_runs if config.sensitive_words else None,
-            "corpus": {
-                "tokens": all_tokens,
-                "tokens_with_vector": embedded_tokens,
-                "words_measured": len(prior),
-                "token_coverage": coverage,
-                "sensitive_words_listed": sensitive_given,
-                "sensitive_words_in_corpus": len(sensitive),
-                "rows_with_sensitive_word": table_rows[0].get("doc_rows"),
-            },
-            "euclidean_epsilon_factor": {lam: grid.space.geometry(lam).euclidean_epsilon(1.0) for lam in noise_lams},
+            "corpus": {**corpus.facts(), "rows_with_sensitive_word": table_rows[0].get("doc_rows")},
+            "euclidean_epsilon_factor": grid.noise_facts()["euclidean_epsilon_factor"],
             **mechanism_fields(config, emb, vocab_rows, grid.annoy),
             "draws": first_draws,
             "fit_draws_added": draws - first_draws,
@@ -592,6 +596,91 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         out.commit(manifest)
     log.info("privacy-risk finished in %.1f s", manifest["duration_s"])
     return manifest
+
+
+@dataclass
+class _Corpus:
+    """The corpus as privacy-risk measures it: its token counts (kept on the driver, never written), the
+    words measured with their counts as the attacker's prior, and the sensitive words among them."""
+
+    tokens: dict[str, int]
+    embedded_tokens: int  # tokens with a vector
+    prior: dict[int, float]  # embedding row → tokens, the words measured
+    listed: list[str]  # the sensitive words given (lower case)
+    sensitive: set[int]  # the embedding rows of those among ``prior``
+
+    @classmethod
+    def count(cls, df: DataFrame, config: RiskConfig, emb: Any) -> _Corpus:
+        spark = df.sparkSession
+        with io.SqlConf(spark, shuffle_settings(spark)):
+            tokens = token_counts(df, config.text_column)
+        embedded = sorted(
+            ((c, emb.word_index[t]) for t, c in tokens.items() if t in emb.word_index), key=lambda x: (-x[0], x[1])
+        )
+        if not embedded:
+            raise InputDataError(
+                f"text column {config.text_column!r} has no token with a vector in {emb.name}: nothing to measure"
+            )
+        measured = embedded[: config.max_words] if config.max_words else embedded
+        prior = {w: float(c) for c, w in measured}
+        listed: list[str] = []
+        sensitive: set[int] = set()
+        if config.sensitive_words:
+            listed = [w.lower() for w in read_word_list(config.sensitive_words)]
+            sensitive = {emb.word_index[w] for w in listed if w in emb.word_index and emb.word_index[w] in prior}
+        return cls(tokens, sum(c for c, _ in embedded), prior, listed, sensitive)
+
+    @property
+    def coverage(self) -> float:
+        """The share of the tokens with a vector that the measured words hold."""
+        return sum(self.prior.values()) / self.embedded_tokens
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "tokens": sum(self.tokens.values()),
+            "tokens_with_vector": self.embedded_tokens,
+            "words_measured": len(self.prior),
+            "token_coverage": self.coverage,
+            "sensitive_words_listed": len(self.listed),
+            "sensitive_words_in_corpus": len(self.sensitive),
+        }
+
+
+def _notes(config: RiskConfig, specs: list, vocab_words: int, corpus: _Corpus, table_rows: list[dict]) -> list[str]:
+    """summary.md's notes: the attacker, the runs, the coverage, what did not converge, the sensitive words."""
+    half, all_tokens = config.runs // 2, sum(corpus.tokens.values())
+    notes = [
+        f"Attacker: knows the mechanism ({', '.join(dict.fromkeys(spec.name for spec in specs))}), the "
+        f"embedding, the {vocab_words}-word "
+        "vocabulary and the corpus word frequencies. Reported: the strongest of three attackers on the same "
+        "scoring runs (column `attacker`): the identity guess (each released word is its own original: "
+        "its top-1 is the unchanged share), the Bayes guess argmax prior(w)·P(u|w) with exact likelihoods "
+        "where the mechanism has a closed form, else with likelihoods fitted on the runs (`bayes`), and "
+        "for the latter also the model guess with P(u|w) ∝ exp(−β·d(w,u)), β fitted by maximum likelihood "
+        "on the same runs (`model`).",
+        f"Fitted likelihoods from K/2 = {half} runs per word, doubled with new runs until top-1 and top-5 move "
+        f"by less than {100 * config.precision:g} percentage points (at most {fit_cap(config)} fitting runs); "
+        f"scored on the other {half} independent runs. "
+        f"{len(corpus.prior)} corpus words with a vector, {100 * corpus.coverage:.1f}% of the tokens with a vector "
+        f"({100 * corpus.embedded_tokens / all_tokens:.1f}% of all tokens; the rest are released as [UNK]).",
+        "In brackets: 95% intervals over the scoring runs (per-word binomial, Agresti–Coull; zero width "
+        "for exact figures).",
+    ]
+    unconverged = [r["setting"] + f" ε={r['epsilon']:g}" for r in table_rows if r["converged"] is False]
+    if unconverged:
+        notes.append(
+            f"Not converged at {fit_cap(config)} fitting runs (raise --max-fit-runs): {', '.join(unconverged)}."
+        )
+    if config.sensitive_words:
+        notes.append(
+            f"Sensitive words: {len(corpus.sensitive)} of the {len(corpus.listed)} listed occur in the corpus."
+        )
+        notes.append(
+            f"Per-document exposure: the share of the {table_rows[0]['doc_rows']} rows holding a sensitive word "
+            "in which one of their sensitive words appears anywhere in the perturbed row (exact where the "
+            f"mechanism has a closed form, else from {config.doc_runs} perturbations of each row)."
+        )
+    return notes
 
 
 def privacy_risk(

@@ -285,24 +285,22 @@ def _run(config: StatsConfig, spark: SparkSession, out: ReportOutput, started: f
         pq.write_table(table, local / "per_word.parquet")
         summary = report.write_summary(table, local)
         plots = report.write_plots(table, local, len(vocab_rows), emb.name)
-        noise_lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
+        noise = grid.noise_facts()
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-stats",
             "run_id": run_id,
             "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
             "epsilons": config.epsilons,
-            "lambdas": noise_lams,
+            "lambdas": noise["lambdas"],
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
             "exact_statistics": sorted({spec.name for spec in specs if exact[specs.index(spec)] is not None}),
             "runs": config.runs,
             "words": int(len(word_rows)),
             "word_rule": rule,
-            "euclidean_epsilon_factor": {
-                str(lam): grid.space.geometry(lam).euclidean_epsilon(1.0) for lam in noise_lams
-            },
-            "xi_min": grid.space.geometry(noise_lams[0]).xi_min if noise_lams else None,
+            "euclidean_epsilon_factor": noise["euclidean_epsilon_factor"],
+            "xi_min": grid.space.geometry(noise["lambdas"][0]).xi_min if noise["lambdas"] else None,
             **mechanism_fields(config, emb, vocab_rows, grid.annoy),
             "draws": draws,
             "tasks": len(items),

@@ -58,7 +58,7 @@ from dpspark.config import EvaluateUtilityConfig, PerturbConfig
 from dpspark.embeddings import Embeddings
 from dpspark.errors import InputDataError
 from dpspark.mechanisms import MechanismSpec
-from dpspark.prepare import Prepared, local_writes, prepare, prepare_grid
+from dpspark.prepare import Prepared, local_writes, noise_facts, prepare, prepare_grid
 from dpspark.progress import Progress, describe
 from dpspark.rng import derive_key, new_job_key
 from dpspark.spark import io, lineage, resources
@@ -415,63 +415,21 @@ def _evaluate(
         baseline_s = time.perf_counter() - t0
         log.info("evaluate-utility baseline: %s", {m: round(results[0][m], 4) for m in metrics})
 
-        master = new_job_key(config.seed)
-        point_s = []
-        progress = Progress("evaluate-utility", len(preps))
-        for prep in preps:
-            spec = prep.spec
-            describe(spark, "evaluate-utility", f"{spec.label()}, {config.repeats} perturbations", out.run_id)
-            t0 = time.perf_counter()
-            if prep is first:
-                shipment = ships[0]  # the baseline's bundle is the first setting's
-            else:
-                shipment = resources.ship(spark, prep.write_bundle)
-                ships.append(shipment)
-            own = spec.axes()
-            point = {
-                "mechanism": spec.name,
-                "setting": spec.series_label(),
-                "epsilon": spec.epsilon,
-                **{a: own.get(a) for a in axes},
-            }
-            for r in range(config.repeats):
-                for mode in modes:
-                    key = derive_key(master, mode, setting_key(spec), r)
-                    noisy = perturbed(train if mode == "train-time" else test, shipment.name, key)
-                    try:
-                        if mode == "train-time":
-                            scores = model.score(model.fit(noisy, shipment.name), test, shipment.name)
-                        else:
-                            scores = model.score(fitted_plain, noisy, shipment.name)
-                    finally:
-                        noisy.unpersist()
-                    results.append({"mode": mode, **point, "repeat": r, **scores})
-            point_s.append(time.perf_counter() - t0)
-            progress.report(len(point_s), len(point_s) / len(preps))
+        point_s = _score_settings(spark, config, model, preps, ships, train, test, fitted_plain, results, out.run_id)
     finally:
         for s in ships:
             s.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
     summary = utility.summarise(results, metrics)
-    local = out.local
-    pq.write_table(result_table(results, config.model, axes, metrics), local / "results.parquet")
-    pq.write_table(summary_table(summary, axes, metrics), local / "summary.parquet")
+    pq.write_table(result_table(results, config.model, axes, metrics), out.local / "results.parquet")
+    pq.write_table(summary_table(summary, axes, metrics), out.local / "summary.parquet")
     names = list(dict.fromkeys(spec.name for spec in specs))
-    positive = f"positive class {values[-1]!r} (the last label in sorted order)" if n_classes == 2 else None
-    notes = [
-        f"{config.model}; {n_train} train / {n_test} test rows (split seed {config.split_seed}); "
-        f"mechanism{'s' if len(names) > 1 else ''} {', '.join(names)}, vocabulary {len(first.vocab_rows)} words; "
-        f"R = {config.repeats} perturbations per setting and ε.",
-    ]
-    if positive:
-        notes.append(f"Precision, recall, F1 and AUC of the {positive}.")
-    md = utility.summary_md(summary, metrics, "Utility of perturbed text", notes)
-    (local / "summary.md").write_text(md, encoding="utf-8")
-    plots = utility.write_plots(
-        summary, metrics, local, config.model, len(first.vocab_rows), emb.name, max(class_counts) / sum(class_counts)
+    rows = (n_train, n_test)
+    plots = _write_summary(
+        config, summary, metrics, names, len(first.vocab_rows), emb.name, values, class_counts, rows, out
     )
-    noise_lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
+    noise = noise_facts(specs, first.space)
     grid_s = sum(point_s)
     return {
         "dpspark_version": dpspark.__version__,
@@ -493,9 +451,9 @@ def _evaluate(
         "mechanisms": names,
         "settings": [prep.spec.facts(prep.space) for prep in preps],
         "epsilons": config.epsilons,
-        "lambdas": noise_lams,
+        "lambdas": noise["lambdas"],
         "repeats": config.repeats,
-        "euclidean_epsilon_factor": {lam: first.space.geometry(lam).euclidean_epsilon(1.0) for lam in noise_lams},
+        "euclidean_epsilon_factor": noise["euclidean_epsilon_factor"],
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
         "dimension": emb.dim,
         "vocabulary": {"size": int(len(first.vocab_rows)), "source": config.vocab_file or f"first {config.vocab_size}"},
@@ -518,6 +476,88 @@ def _evaluate(
             "per_grid_point_s": round(grid_s / max(len(point_s), 1), 3),
         },
     }
+
+
+def _write_summary(
+    config: EvaluateUtilityConfig,
+    summary: list[dict],
+    metrics: Sequence[str],
+    names: list[str],
+    vocab_words: int,
+    embeddings: str,
+    values: list[Any],
+    class_counts: list[int],
+    rows: tuple[int, int],
+    out: ReportOutput,
+) -> list[str]:
+    """summary.md (with its notes: the model, the split, the mechanisms, the positive class) and the plots;
+    returns the plots' file names."""
+    positive = f"positive class {values[-1]!r} (the last label in sorted order)" if len(values) == 2 else None
+    notes = [
+        f"{config.model}; {rows[0]} train / {rows[1]} test rows (split seed {config.split_seed}); "
+        f"mechanism{'s' if len(names) > 1 else ''} {', '.join(names)}, vocabulary {vocab_words} words; "
+        f"R = {config.repeats} perturbations per setting and ε.",
+    ]
+    if positive:
+        notes.append(f"Precision, recall, F1 and AUC of the {positive}.")
+    md = utility.summary_md(summary, metrics, "Utility of perturbed text", notes)
+    (out.local / "summary.md").write_text(md, encoding="utf-8")
+    majority = max(class_counts) / sum(class_counts)
+    return utility.write_plots(summary, metrics, out.local, config.model, vocab_words, embeddings, majority)
+
+
+def _score_settings(
+    spark: SparkSession,
+    config: EvaluateUtilityConfig,
+    model: Model,
+    preps: list[Prepared],
+    ships: list[resources.Shipment],
+    train: DataFrame,
+    test: DataFrame,
+    fitted_plain: Any,
+    results: list[dict[str, Any]],
+    run_id: str,
+) -> list[float]:
+    """Score every setting ``config.repeats`` times in each mode (train-time: a model fitted on perturbed
+    train, scored on plain test; test-time: the plain model scored on perturbed test), appending a row per
+    (mode, repeat) to ``results``; each setting's bundle is shipped and added to ``ships`` (the first's is
+    ``ships[0]``, the baseline's). Returns each setting's seconds."""
+    modes = utility.MODES if config.mode == "both" else (config.mode,)
+    axes = report.axis_names()
+    master = new_job_key(config.seed)
+    point_s: list[float] = []
+    progress = Progress("evaluate-utility", len(preps))
+    for prep in preps:
+        spec = prep.spec
+        describe(spark, "evaluate-utility", f"{spec.label()}, {config.repeats} perturbations", run_id)
+        t0 = time.perf_counter()
+        if prep is preps[0]:
+            shipment = ships[0]  # the baseline's bundle is the first setting's
+        else:
+            shipment = resources.ship(spark, prep.write_bundle)
+            ships.append(shipment)
+        own = spec.axes()
+        point = {
+            "mechanism": spec.name,
+            "setting": spec.series_label(),
+            "epsilon": spec.epsilon,
+            **{a: own.get(a) for a in axes},
+        }
+        for r in range(config.repeats):
+            for mode in modes:
+                key = derive_key(master, mode, setting_key(spec), r)
+                noisy = perturbed(train if mode == "train-time" else test, shipment.name, key)
+                try:
+                    if mode == "train-time":
+                        scores = model.score(model.fit(noisy, shipment.name), test, shipment.name)
+                    else:
+                        scores = model.score(fitted_plain, noisy, shipment.name)
+                finally:
+                    noisy.unpersist()
+                results.append({"mode": mode, **point, "repeat": r, **scores})
+        point_s.append(time.perf_counter() - t0)
+        progress.report(len(point_s), len(point_s) / len(preps))
+    return point_s
 
 
 def result_table(results: list[dict], model: str, axes: list[str], metrics: Sequence[str]) -> pa.Table:
