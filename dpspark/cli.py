@@ -28,33 +28,6 @@ from typing import Any
 
 NO_EPSILON_MEETS_BOUNDS = 6
 
-COMMANDS = {
-    # command: (config model name in dpspark.config, help)
-    "perturb": ("PerturbConfig", "privately perturb every token of Parquet text columns"),
-    "release-vectors": ("VectorsConfig", "release private vectors (PrivEmb or M1) of an array/vector or text column"),
-    "privacy-stats": ("StatsConfig", "Nw/Sw plausible-deniability statistics over a grid of ε and λ"),
-    "calibrate": ("CalibrateConfig", "the largest ε per λ whose worst-case Nw/Sw meet your bounds"),
-    "embedding-report": (
-        "EmbeddingReportConfig",
-        "geometry of the embedding: k-NN distance percentiles, density (Xu Table 5), spectrum of Σ",
-    ),
-    "evaluate-utility": (
-        "EvaluateUtilityConfig",
-        "downstream utility of perturbed text: MLlib classifiers train-time / test-time over ε and λ",
-    ),
-    "privacy-risk": (
-        "RiskConfig",
-        "re-identification risk: the share of corpus tokens an informed attacker recovers, per ε and λ",
-    ),
-    "compare": (
-        "CompareConfig",
-        "mechanisms side by side on labelled data: utility, re-identification, the field's metrics, equal privacy",
-    ),
-    "evaluate-vectors": (
-        "EvaluateVectorsConfig",
-        "PrivEmb (M2) against M1: distance, inner-product and linear-classifier utility (paper §5)",
-    ),
-}
 DOCTOR_HELP = "check this machine: Java, pyspark, the default embedding, Python, BLAS threads"
 
 # Two examples per command, shown at the end of its --help (each parses with that command's flags).
@@ -143,7 +116,7 @@ def flag_name(field: str, alias: str | None) -> str:
 
 
 def _metavar(name: str, alias: str | None, annotation: Any) -> str | None:
-    from dpspark.config import HELP_METAVARS
+    from dpspark.cli_help import HELP_METAVARS
 
     kind, choices = _scalar_type(annotation), _choices(annotation)
     if kind is bool:
@@ -157,21 +130,21 @@ def _metavar(name: str, alias: str | None, annotation: Any) -> str | None:
 
 def help_layout(model: Any) -> list[tuple[str, list[str]]]:
     """(group title, field names) in the order ``--help`` lists them: the required settings first,
-    then the groups of ``dpspark.config.HELP_GROUPS`` (empty ones left out), ``--quiet`` last.
+    then the groups of ``dpspark.cli_help.HELP_GROUPS`` (empty ones left out), ``--quiet`` last.
     Fields in ``HELP_HIDDEN`` are accepted but not listed; a field no table names lands in
     OTHER_TITLE (a unit test keeps that group empty)."""
-    from dpspark import config
+    from dpspark import cli_help
 
     key = model.__name__
     fields = list(model.fields())
-    hidden = set(config.HELP_HIDDEN.get(key, ()))
-    required = [n for choice in config.HELP_REQUIRED.get(key, ()) for n in choice]
-    group_of = {f: g for g, names in config.HELP_GROUPS.items() for f in names}
-    group_of.update(config.HELP_GROUP_OF.get(key, {}))
-    titles = config.HELP_TITLES.get(key, {})
+    hidden = set(cli_help.HELP_HIDDEN.get(key, ()))
+    required = [n for choice in cli_help.HELP_REQUIRED.get(key, ()) for n in choice]
+    group_of = {f: g for g, names in cli_help.HELP_GROUPS.items() for f in names}
+    group_of.update(cli_help.HELP_GROUP_OF.get(key, {}))
+    titles = cli_help.HELP_TITLES.get(key, {})
     listed = [f for f in fields if f not in hidden and f not in required]
     layout = [(REQUIRED_TITLE, required)] if required else []
-    for group, order in config.HELP_GROUPS.items():
+    for group, order in cli_help.HELP_GROUPS.items():
         ranked = [*order, *(f for f in fields if f not in order)]  # moved here by HELP_GROUP_OF: after
         members = [f for f in ranked if f in listed and group_of.get(f) == group]
         if members:
@@ -184,11 +157,11 @@ def help_layout(model: Any) -> list[tuple[str, list[str]]]:
 
 def _alternatives(model: Any) -> dict[str, list[str]]:
     """Each required field that is one of a choice → the flags of the others."""
-    from dpspark import config
+    from dpspark import cli_help
 
     fields = model.fields()
     out = {}
-    for choice in config.HELP_REQUIRED.get(model.__name__, ()):
+    for choice in cli_help.HELP_REQUIRED.get(model.__name__, ()):
         for name in choice:
             out[name] = [flag_name(o, fields[o][0]) for o in choice if o != name]
     return out
@@ -232,11 +205,11 @@ def _units(model: Any) -> tuple[list[str], list[tuple[str, list[str]]]]:
         metavar = _metavar(name, alias, annotation)
         return flag_name(name, alias) + (f" {metavar}" if metavar else "")
 
-    from dpspark import config
+    from dpspark import cli_help
 
     required = [
         unit(choice[0]) if len(choice) == 1 else "(" + " | ".join(unit(n) for n in choice) + ")"
-        for choice in config.HELP_REQUIRED.get(model.__name__, ())
+        for choice in cli_help.HELP_REQUIRED.get(model.__name__, ())
     ]
     groups = [
         (title, [f"[{unit(n)}]" for n in names]) for title, names in help_layout(model) if title != REQUIRED_TITLE
@@ -263,7 +236,7 @@ def _wrap(units: list[str], first: str, indent: str, width: int = WIDTH) -> list
 def usage(command: str) -> str:
     from dpspark import config
 
-    required, _ = _units(getattr(config, COMMANDS[command][0]))
+    required, _ = _units(getattr(config, COMMANDS[command].model))
     return "\n".join(_wrap([*required, "[options]"], f"dpspark {command}", "    ", WIDTH - 7))
 
 
@@ -271,7 +244,7 @@ def synopsis(command: str) -> str:
     """Every flag of ``command``: its required ones, then each group's (docs/commands.md's "All flags")."""
     from dpspark import config
 
-    required, groups = _units(getattr(config, COMMANDS[command][0]))
+    required, groups = _units(getattr(config, COMMANDS[command].model))
     lines = _wrap(required, f"dpspark {command}", "    ")
     for title, units in groups:
         lines += [f"  # {title}", *_wrap(units, "    ", "    ")]
@@ -334,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dpspark {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command, (model, help_text) in COMMANDS.items():
+    for command, (model, help_text, _) in COMMANDS.items():
         p = sub.add_parser(
             command,
             help=help_text,
@@ -502,6 +475,62 @@ def _cmd_evaluation(command: str, c: Any) -> int:
     return (embedding_report if command == "embedding-report" else privemb_eval).run(c.copy(update={"quiet": False}))
 
 
+def _cmd_embedding_report(c: Any) -> int:
+    return _cmd_evaluation("embedding-report", c)
+
+
+def _cmd_evaluate_vectors(c: Any) -> int:
+    return _cmd_evaluation("evaluate-vectors", c)
+
+
+class Command(typing.NamedTuple):
+    model: str  # the name of its settings model in dpspark.config
+    help: str
+    run: typing.Callable[[Any], int]  # the validated settings -> the exit code
+
+
+COMMANDS: dict[str, Command] = {
+    # command: (its settings model in dpspark.config, its help, what runs it); ``doctor`` has no settings
+    "perturb": Command("PerturbConfig", "privately perturb every token of Parquet text columns", _cmd_perturb),
+    "release-vectors": Command(
+        "VectorsConfig",
+        "release private vectors (PrivEmb or M1) of an array/vector or text column",
+        _cmd_release_vectors,
+    ),
+    "privacy-stats": Command(
+        "StatsConfig", "Nw/Sw plausible-deniability statistics over a grid of ε and λ", _cmd_privacy_stats
+    ),
+    "calibrate": Command(
+        "CalibrateConfig", "the largest ε per λ whose worst-case Nw/Sw meet your bounds", _cmd_calibrate
+    ),
+    "embedding-report": Command(
+        "EmbeddingReportConfig",
+        "geometry of the embedding: k-NN distance percentiles, density (Xu Table 5), spectrum of Σ",
+        _cmd_embedding_report,
+    ),
+    "evaluate-utility": Command(
+        "EvaluateUtilityConfig",
+        "downstream utility of perturbed text: MLlib classifiers train-time / test-time over ε and λ",
+        _cmd_evaluate_utility,
+    ),
+    "privacy-risk": Command(
+        "RiskConfig",
+        "re-identification risk: the share of corpus tokens an informed attacker recovers, per ε and λ",
+        _cmd_privacy_risk,
+    ),
+    "compare": Command(
+        "CompareConfig",
+        "mechanisms side by side on labelled data: utility, re-identification, the field's metrics, equal privacy",
+        _cmd_compare,
+    ),
+    "evaluate-vectors": Command(
+        "EvaluateVectorsConfig",
+        "PrivEmb (M2) against M1: distance, inner-product and linear-classifier utility (paper §5)",
+        _cmd_evaluate_vectors,
+    ),
+}
+
+
 DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device": the text of Java's and Python's errors
 
 
@@ -547,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     from dpspark import config
 
     try:
-        model = getattr(config, COMMANDS[command][0])
+        model = getattr(config, COMMANDS[command].model)
         c = model.from_sources(args.pop("config", None), args)
         if c.quiet:  # quiet: true in the --config file
             logging.getLogger("dpspark").setLevel(logging.ERROR)
@@ -559,21 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             if c.quiet:
                 warnings.simplefilter("ignore")
-            if command == "perturb":
-                return _cmd_perturb(c)
-            if command == "release-vectors":
-                return _cmd_release_vectors(c)
-            if command == "privacy-stats":
-                return _cmd_privacy_stats(c)
-            if command == "calibrate":
-                return _cmd_calibrate(c)
-            if command == "evaluate-utility":
-                return _cmd_evaluate_utility(c)
-            if command == "privacy-risk":
-                return _cmd_privacy_risk(c)
-            if command == "compare":
-                return _cmd_compare(c)
-            return _cmd_evaluation(command, c)
+            return COMMANDS[command].run(c)
     except Exception as exc:
         code = explain_failure(command, exc)
         if code is None:

@@ -487,7 +487,7 @@ def test_flags_are_derived_from_the_models():
 
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices
-    for command, (model, _) in COMMANDS.items():
+    for command, (model, _, _) in COMMANDS.items():
         dests = {a.dest for a in subparsers[command]._actions} - {"help", "config"}
         fields = {alias or n for n, (alias, _, _) in getattr(config, model).fields().items()}
         assert dests == fields, command

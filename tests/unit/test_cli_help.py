@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dpspark import cli, config, errors, mechanisms
+from dpspark import cli, cli_help, config, errors, mechanisms
 from dpspark.cli import COMMANDS, build_parser, main
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
@@ -50,18 +50,18 @@ def sections(command: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_flag_is_listed_once_required_first(command):
-    model = getattr(config, COMMANDS[command][0])
+    model = getattr(config, COMMANDS[command].model)
     layout = cli.help_layout(model)
     listed = [n for _, names in layout for n in names]
-    hidden = set(config.HELP_HIDDEN.get(model.__name__, ()))
+    hidden = set(cli_help.HELP_HIDDEN.get(model.__name__, ()))
     assert sorted(listed) == sorted(set(model.fields()) - hidden), command  # each field once
-    assert cli.OTHER_TITLE not in dict(layout), f"{command}: a field without a group in dpspark.config.HELP_GROUPS"
+    assert cli.OTHER_TITLE not in dict(layout), f"{command}: a field without a group in dpspark.cli_help.HELP_GROUPS"
     assert layout[0][0] == cli.REQUIRED_TITLE
     titles = list(sections(command))
     assert titles.index(cli.REQUIRED_TITLE) == 0 < titles.index(cli.GENERAL_TITLE), titles
     assert titles[-2:] == ["examples", "exit codes"]
     required = sections(command)[cli.REQUIRED_TITLE]
-    for choice in config.HELP_REQUIRED[model.__name__]:
+    for choice in cli_help.HELP_REQUIRED[model.__name__]:
         for name in choice:
             assert cli.flag_name(name, model.fields()[name][0]) + " " in required, (command, name)
 
@@ -114,7 +114,7 @@ def test_epilog_examples_parse_and_validate(command):
         args = cli.parse_args(argv[1:])
         assert args.pop("command") == command
         if command != "doctor":
-            getattr(config, COMMANDS[command][0]).parse(args)  # raises ConfigError if not valid
+            getattr(config, COMMANDS[command].model).parse(args)  # raises ConfigError if not valid
         assert example in help_text(command)
 
 

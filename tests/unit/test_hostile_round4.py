@@ -226,7 +226,8 @@ def blas_note(monkeypatch):
     monkeypatch.setattr(_blas, "kept_kernel_note", lambda fields=None: NOTE)
     monkeypatch.setattr(_blas, "prefer_fast_kernels", lambda: None)
     ran = []
-    monkeypatch.setattr(cli, "_cmd_privacy_stats", lambda c: ran.append(c) or 0)
+    stats = cli.COMMANDS["privacy-stats"]
+    monkeypatch.setitem(cli.COMMANDS, "privacy-stats", stats._replace(run=lambda c: ran.append(c) or 0))
     return ran
 
 

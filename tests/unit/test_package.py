@@ -14,7 +14,7 @@ import pytest
 
 import dpspark
 from dpspark import mechanisms
-from dpspark.config import PerturbConfig, _mechanism_parameters
+from dpspark.config import PerturbConfig, mechanism_parameter_fields
 from dpspark.errors import ConfigError
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
@@ -30,7 +30,7 @@ READS = ("input", "input_table", "partitions")  # where a release reads from; a 
 
 # The mechanisms' own parameters come in through **settings, checked against the registry: adding a
 # mechanism (or a parameter) edits no signature here.
-MECHANISM_PARAMETERS = tuple(_mechanism_parameters())
+MECHANISM_PARAMETERS = tuple(mechanism_parameter_fields())
 
 
 def release_only() -> tuple[str, ...]:
