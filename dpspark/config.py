@@ -20,7 +20,7 @@ import yaml
 
 from dpspark import mechanisms, params
 from dpspark._pydantic import BaseModel, Field, ValidationError, create_model, root_validator, validator
-from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS, Embeddings, load_embeddings
+from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS
 from dpspark.errors import ConfigError
 from dpspark.text import LAYOUTS, OOV_POLICIES
 
@@ -227,10 +227,6 @@ class EmbeddingSettings(Settings):
     vocab_file: str | None = Field(default=None, description="output vocabulary: a public word list, one per line")
 
     _vocab_file = after("vocab_file")(_word_file("vocabulary file"))
-
-    def load_embeddings(self) -> Embeddings:
-        """The embedding these settings name, loaded and validated."""
-        return load_embeddings(self.embeddings, self.embeddings_format, self.embeddings_words)
 
 
 class IndexSettings(Settings):

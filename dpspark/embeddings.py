@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -313,6 +314,12 @@ def load_default() -> Embeddings:
     words = default_words(index).to_pylist()
     vectors = np.load(npy)
     return Embeddings(words, validate(words, vectors, DEFAULT_EMBEDDINGS), DEFAULT_EMBEDDINGS, sha256_of(npy, index))
+
+
+def embeddings_of(settings: Any) -> Embeddings:
+    """The embedding a command's settings name (``embeddings``, ``embeddings_format``, ``embeddings_words``:
+    ``dpspark.config.EmbeddingSettings``), loaded and validated."""
+    return load_embeddings(settings.embeddings, settings.embeddings_format, settings.embeddings_words)
 
 
 def load_embeddings(source: str = DEFAULT_EMBEDDINGS, fmt: str = "auto", words_path: str | None = None) -> Embeddings:

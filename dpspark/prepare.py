@@ -20,7 +20,7 @@ import numpy as np
 from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
 from dpspark.device import DEVICE_SEARCH
-from dpspark.embeddings import Embeddings, select_vocabulary
+from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
 from dpspark.errors import ConfigError
 from dpspark.mechanisms import MechanismSpec, Space, WordMechanism, sample_noise
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index, recall_at_1
@@ -102,7 +102,7 @@ def prepare_grid(
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    emb = embeddings or config.load_embeddings()
+    emb = embeddings or embeddings_of(config)
     timings["load_embeddings_s"] = time.perf_counter() - t0
     rows = vocabulary_rows(config, emb, vocab_words)
     t0 = time.perf_counter()

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpspark.embeddings import Embeddings, select_vocabulary
+from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.geometry import geometry
 from dpspark.outputs import check_output_dir, to_json, writing_into
@@ -496,7 +496,7 @@ def run(config: EmbeddingReportConfig) -> int:
     out_dir = Path(config.output)
     check_output_dir(out_dir, overwrite, "report")  # fail before the work, not after
 
-    emb = config.load_embeddings()
+    emb = embeddings_of(config)
     if config.vocab_file:
         from dpspark.prepare import read_word_list
 

@@ -53,6 +53,7 @@ from pyspark.sql import types as T
 import dpspark
 from dpspark import report, utility
 from dpspark.config import CompareConfig
+from dpspark.embeddings import embeddings_of
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.evaluation import compare_report as cr
 from dpspark.evaluation import field_metrics as fm
@@ -149,7 +150,7 @@ class Comparison:
         c = self.config
         t0 = time.perf_counter()
         self.step = "preparing the grid's mechanisms"
-        self.emb = c.load_embeddings()
+        self.emb = embeddings_of(c)
         specs = self.usable(c.settings())
         preps = prepare_settings(c, specs, self.emb, self.workdir / "grid")
         self.first = preps[0]

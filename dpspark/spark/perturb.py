@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dpspark.config import PerturbConfig
+from dpspark.embeddings import embeddings_of
 from dpspark.errors import ConfigError, InputDataError, PrivacyWarning
 from dpspark.prepare import Prepared, prepare, vocabulary_rows
 from dpspark.rng import new_job_key
@@ -162,7 +163,7 @@ class PerturbJob:
         try:
             from_corpus = getattr(c.spec, "sensitive_from_corpus", False)
             if c.vocab_from_corpus or from_corpus:
-                emb = c.load_embeddings()
+                emb = embeddings_of(c)
                 words = (
                     vocabulary_from_corpus(df, list(c.columns), c.vocab_size, emb.word_index)
                     if c.vocab_from_corpus

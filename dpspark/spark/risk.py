@@ -47,6 +47,7 @@ from pyspark.sql import types as T
 import dpspark
 from dpspark import report, risk
 from dpspark.config import RiskConfig
+from dpspark.embeddings import embeddings_of
 from dpspark.engine import exact_attack as ea
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.prepare import local_writes, prepare_grid, read_word_list
@@ -534,7 +535,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_text_column(df, config.text_column)
-        emb = config.load_embeddings()
+        emb = embeddings_of(config)
         corpus = _Corpus.count(df, config, emb)
         specs = config.settings()
         grid = prepare_grid(config, specs, out.local)

@@ -55,7 +55,7 @@ import dpspark
 from dpspark import report, utility
 from dpspark.arrow import numbers
 from dpspark.config import EvaluateUtilityConfig, PerturbConfig
-from dpspark.embeddings import Embeddings
+from dpspark.embeddings import Embeddings, embeddings_of
 from dpspark.errors import InputDataError
 from dpspark.mechanisms import MechanismSpec
 from dpspark.prepare import Prepared, local_writes, noise_facts, prepare, prepare_grid
@@ -398,7 +398,7 @@ def _evaluate(
     ships: list[resources.Shipment] = []
     try:
         t0 = time.perf_counter()
-        emb = config.load_embeddings()
+        emb = embeddings_of(config)
         preps = prepare_settings(config, specs, emb, workdir)
         first = preps[0]
         prep_s = time.perf_counter() - t0
