@@ -3,10 +3,9 @@
 A bundle is a small directory of plain files that the driver writes once per run and
 Spark ships to every executor (``dpspark.spark.resources``)::
 
-    settings.json    what to build: the list of mechanism specs, λ list, index, embedding reference
-    a_stack.npy      A = (λΣ + (1−λ)I)^½ for each λ of settings["lambdas"] (absent: no mechanism)
-    artefact-K.npy   the K-th of settings["artefacts"]: another public array a mechanism prepared on
-                     the driver (``Space.artefact``: a word grouping, a neighbour table), by name
+    settings.json    what to build: the list of mechanism specs, index, embedding reference
+    artefact-K.npy   the K-th of settings["artefacts"]: a public array a mechanism prepared on the
+                     driver (``Space.artefact``: a noise matrix, a word grouping, a neighbour table), by name
     vocab_rows.npy   embedding rows of the output vocabulary (absent when they are the first
                      settings["vocab_prefix"] rows, as with the default vocabulary rule)
     vectors.npy      the embedding matrix, words.arrow its words: ONLY for user embeddings
@@ -59,7 +58,6 @@ class Resources:
     vectors: np.ndarray
     words: WordRows
     vocab_rows: np.ndarray
-    a_by_lambda: dict[float, np.ndarray]
     index: NeighbourIndex | None
     artefacts: dict[str, np.ndarray] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)  # objects built from these, cached with them
@@ -69,7 +67,7 @@ class Resources:
         float64 vocabulary are built on first use and kept)."""
         if "space" not in self.derived:
             self.derived["space"] = mechanisms.Space(
-                self.vectors, self.vocab_rows, self.index, self.a_by_lambda, self.artefacts, words=self.words
+                self.vectors, self.vocab_rows, self.index, self.artefacts, words=self.words
             )
         return self.derived["space"]
 
@@ -141,7 +139,6 @@ def save_bundle(
     embeddings: Embeddings,
     settings: dict[str, Any],
     vocab_rows: np.ndarray | None = None,
-    a_by_lambda: dict[float, np.ndarray] | None = None,
     annoy_path: str | None = None,
     embeddings_dir: str | None = None,
     artefacts: dict[str, np.ndarray] | None = None,
@@ -166,9 +163,6 @@ def save_bundle(
             prefix = len(rows)
         else:
             np.save(d / "vocab_rows.npy", rows)
-    lams = sorted(a_by_lambda or {})
-    if lams:
-        np.save(d / "a_stack.npy", np.stack([a_by_lambda[lam] for lam in lams]))
     if annoy_path is not None:
         shutil.copyfile(annoy_path, d / "index.ann")
     names = sorted(artefacts or {})
@@ -176,7 +170,6 @@ def save_bundle(
         np.save(d / f"artefact-{k}.npy", np.asarray(artefacts[name]))
     meta = {
         **settings,
-        "lambdas": lams,
         "artefacts": names,
         "vocab_prefix": prefix,
         "embeddings": reference,
@@ -249,10 +242,6 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
         rows = np.load(d / "vocab_rows.npy")
     else:
         rows = np.arange(settings.get("vocab_prefix") or len(words))
-    a_by: dict[float, np.ndarray] = {}
-    if settings["lambdas"]:
-        a_stack = np.load(d / "a_stack.npy")
-        a_by = {float(lam): a_stack[i] for i, lam in enumerate(settings["lambdas"])}
     index: NeighbourIndex | None = None
     if settings.get("nn") == "annoy":
         p = settings["nn_params"]
@@ -262,7 +251,7 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
     artefacts = {
         name: np.load(d / f"artefact-{k}.npy", mmap_mode="r") for k, name in enumerate(settings.get("artefacts", []))
     }
-    return Resources(settings, vectors, words, rows, a_by, index, artefacts)
+    return Resources(settings, vectors, words, rows, index, artefacts)
 
 
 class VocabularyOnly(mechanisms.WordMechanism):

@@ -22,7 +22,7 @@ from dpspark.config import PerturbConfig
 from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
 from dpspark.errors import ConfigError
-from dpspark.mechanisms import MechanismSpec, Space, WordMechanism, sample_noise
+from dpspark.mechanisms import MechanismSpec, Space, WordMechanism
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index, recall_at_1
 from dpspark.rng import secure_generator
 from dpspark.text import TextPerturber
@@ -35,8 +35,8 @@ AGREEMENT_BAR = 0.99
 @dataclass
 class Grid:
     """The driver's preparation of one or more settings (the one preparation of every command): the
-    embedding, the output vocabulary, the search index and the Space (Σ and A for every λ the
-    settings need), with the timings of each step."""
+    embedding, the output vocabulary, the search index and the Space (with the public arrays the
+    settings prepared), with the timings of each step."""
 
     embeddings: Embeddings
     vocab_rows: np.ndarray
@@ -53,7 +53,7 @@ class Grid:
 
     def write_bundle(self, directory: str | Path, embeddings_dir: str | None = None, **extra: Any) -> Path:
         """Write the executor bundle (``dpspark.bundle``): the specs (work items and the perturber name
-        them by position), the index, A for every λ, and ``extra`` settings (a release's text policy)."""
+        them by position), the index, the mechanisms' artefacts and ``extra`` settings (a release's text policy)."""
         settings = {
             "settings": [spec.parameters() for spec in self.specs],
             "nn": self.index.method,
@@ -61,13 +61,9 @@ class Grid:
             "device": self.device,
             **extra,
         }
-        lams = sorted({lam for spec in self.specs for lam in spec.lambdas()})
-        a_by = {lam: self.space.a(lam) for lam in lams}
         annoy = self.annoy.path if self.annoy else None
         artefacts = self.space.artefacts(self.artefact_names)
-        return save_bundle(
-            directory, self.embeddings, settings, self.vocab_rows, a_by, annoy, embeddings_dir, artefacts
-        )
+        return save_bundle(directory, self.embeddings, settings, self.vocab_rows, annoy, embeddings_dir, artefacts)
 
     def mechanisms(self) -> list[WordMechanism]:
         return [spec.build(self.space) for spec in self.specs]
@@ -88,8 +84,8 @@ def prepare_grid(
     vocab_words: list[str] | None = None,
     corpus_counts: dict[str, int] | None = None,
 ) -> Grid:
-    """Load the embedding, choose the vocabulary, build the index and compute Σ and A for every λ of
-    ``specs``: what every command needs, prepared one way.
+    """Load the embedding, choose the vocabulary, build the index and prepare each of ``specs``
+    (``MechanismSpec.prepare``): what every command needs, prepared one way.
 
     Args:
         config: settings with the embedding, vocabulary and index fields (any command's).
@@ -124,12 +120,8 @@ def prepare_grid(
 
         space.artefact(CORPUS_COUNTS, lambda: counts_over_vocabulary(space, corpus_counts))
     t0 = time.perf_counter()
-    for lam in sorted({lam for spec in specs for lam in noise_lambdas(spec)}):
-        space.geometry(lam)  # Σ and A once, on the driver (also refuses a degenerate Σ before any Spark work:
-        # only the settings that need Σ refuse a vocabulary of at most d words)
-    timings["covariance_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # The mechanisms' other public arrays, and their checks against this vocabulary, before any Spark work.
+    # The mechanisms' public arrays (Σ and A of the noise family, a grouping, a neighbour table), and their
+    # checks against this vocabulary, before any Spark work.
     names = list(dict.fromkeys(name for spec in specs for name in spec.prepare(space)))
     if names:
         timings["mechanism_prepare_s"] = time.perf_counter() - t0
@@ -184,11 +176,6 @@ def noise_facts(specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
         "lambdas": lams,
         "euclidean_epsilon_factor": {str(lam): space.geometry(lam).euclidean_epsilon(1.0) for lam in lams},
     }
-
-
-def noise_lambdas(spec: MechanismSpec) -> set[float]:
-    """The λ of a noise setting: its A, and its Euclidean bound in the manifest (empty for others)."""
-    return spec.lambdas() | ({spec.axes()["lambda"]} if "lambda" in spec.axes() else set())
 
 
 @dataclass
@@ -344,7 +331,7 @@ def prepare(
         corpus_counts: the input corpus's vocabulary word counts (SanText+'s ``sensitive_from_corpus``).
     """
     grid = prepare_grid(config, [config.spec], workdir, embeddings, vocab_words, corpus_counts)
-    spec, space, rows, emb = config.spec, grid.space, grid.vocab_rows, grid.embeddings
+    spec, space, rows = config.spec, grid.space, grid.vocab_rows
     recall, n_q = None, 0
     if config.nn == "exact":
         recall = 1.0
@@ -354,9 +341,7 @@ def prepare(
         t0 = time.perf_counter()
         rng = secure_generator()
         sample = rows[rng.integers(0, len(rows), config.recall_queries)]
-        noisy = emb.vectors[sample] + sample_noise(
-            len(sample), emb.dim, config.epsilon, rng, space.a(spec.axes().get("lambda", 0.0))
-        )
+        noisy = spec.build(space).noisy_points(sample, rng)
         recall, n_q = recall_at_1(grid.index, space.exact, noisy), config.recall_queries
         grid.timings["recall_s"] = time.perf_counter() - t0
         if recall < AGREEMENT_BAR:

@@ -114,10 +114,8 @@ class Space:
         vectors: every embedded word (V_in×d); mechanism inputs are rows of it.
         vocab_rows: rows of ``vectors`` forming the output vocabulary W (outputs are positions in it).
         index: the configured nearest-neighbour index over ``vectors[vocab_rows]`` (None: exact).
-        a_by_lambda: the matrices A = (λΣ + (1−λ)I)^½ shipped in a bundle; on the driver they are
-            computed from Σ on first use.
-        artefacts: the other public arrays the mechanisms prepared on the driver (``artefact``),
-            shipped in a bundle by name.
+        artefacts: the public arrays the mechanisms prepared on the driver (``artefact``), shipped in a
+            bundle by name.
         cache_dir: where ``artefact(..., store=True)`` keeps costly arrays between runs, content-addressed
             (None: not kept).
         words: the embedding's words (``dpspark.embeddings.WordRows``), for mechanisms whose public
@@ -129,7 +127,6 @@ class Space:
         vectors: np.ndarray,
         vocab_rows: np.ndarray,
         index: Any = None,
-        a_by_lambda: dict[float, np.ndarray] | None = None,
         artefacts: dict[str, np.ndarray] | None = None,
         cache_dir: str | Path | None = None,
         words: Any = None,
@@ -137,7 +134,6 @@ class Space:
         self.vectors = vectors
         self.vocab_rows = np.asarray(vocab_rows, dtype=np.int64)
         self._index = index
-        self._a = dict(a_by_lambda or {})
         self._geometries: dict[float, Any] = {}
         self._artefacts = dict(artefacts or {})
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
@@ -289,22 +285,13 @@ class Space:
         return {n: self._artefacts[n] for n in names}
 
     def geometry(self, lam: float) -> Any:
-        """Σ of W and A for λ (driver only: executors receive A in the bundle)."""
+        """Σ of W (scaled to trace d) and its regularisation at λ (``dpspark.geometry``; driver only)."""
         lam = float(lam)
         if lam not in self._geometries:
             from dpspark.geometry import geometry
 
             self._geometries[lam] = geometry(self.vocab64, lam)
         return self._geometries[lam]
-
-    def a(self, lam: float) -> np.ndarray | None:
-        """A for λ, or None for A = I (λ = 0: no matrix product at all)."""
-        lam = float(lam)
-        if lam == 0.0:
-            return None
-        if lam not in self._a:
-            self._a[lam] = self.geometry(lam).a
-        return self._a[lam]
 
 
 class WordMechanism(ABC):
@@ -346,6 +333,16 @@ class WordMechanism(ABC):
         """``copies`` independent outputs per row: an (n × copies) array of positions in W."""
         rows = np.asarray(rows, dtype=np.int64)
         return self.sample(np.repeat(rows, copies), rng).reshape(len(rows), copies)
+
+    def noisy_points(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Points near the vocabulary words ``rows`` that an approximate index must answer as exact search
+        does (the recall probe; driver only, never released): noisy vectors at this ε, with the mechanism's
+        own noise matrix where it has one (``self.a``: the regularized Mahalanobis noise), else the
+        Laplace mechanism's noise."""
+        from dpspark.mechanisms.noise import sample_noise
+
+        rows = np.asarray(rows, dtype=np.int64)
+        return self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, getattr(self, "a", None))
 
     def distribution(self, rows: np.ndarray) -> np.ndarray | None:
         """The exact P(u | w) for each row (n × V float64, rows sum to 1), or None without a closed form."""
@@ -406,12 +403,8 @@ class MechanismSpec(BaseModel):
         """The columns ``axes`` may fill: the parameters by default."""
         return cls.parameter_names()
 
-    def lambdas(self) -> set[float]:
-        """The λ whose matrix A the executors need (shipped in the bundle)."""
-        return set()
-
     def prepare(self, space: Space) -> list[str]:
-        """Driver-side: compute what executors need besides A (``Space.artefact``) and check the setting
+        """Driver-side: compute what executors need (``Space.artefact``) and check the setting
         against the space (a ConfigError for a setting this vocabulary cannot take); returns the names of
         the artefacts to ship."""
         return []

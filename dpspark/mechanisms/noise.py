@@ -116,10 +116,26 @@ class NoiseMechanism(WordMechanism):
             out[full] = self.space.index.query(noisy).reshape(-1, copies)
         return out
 
-    def noisy_points(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Noisy vectors for measuring an index against exact search (driver only, never released)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        return self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, self.a)
+
+def rm_matrix(space: Space, lam: float) -> np.ndarray | None:
+    """A = (λΣ + (1−λ)I)^½, the matrix of the regularized Mahalanobis noise at λ (Σ: ``Space.geometry``):
+    a Space artefact, computed on the driver and shipped in the bundle; None for λ = 0 (A = I: no matrix
+    product at all)."""
+    lam = float(lam)
+    if lam == 0.0:
+        return None
+    return space.artefact(_rm_name(lam), lambda: space.geometry(lam).a)
+
+
+def prepare_rm(space: Space, lam: float) -> list[str]:
+    """The driver's preparation of noise at λ: Σ (a vocabulary too small for a positive-definite one is
+    refused here, before any Spark work) and A; returns the artefact names to ship."""
+    space.geometry(lam)
+    return [] if rm_matrix(space, lam) is None else [_rm_name(float(lam))]
+
+
+def _rm_name(lam: float) -> str:
+    return f"noise/rm-matrix/lambda={lam!r}"
 
 
 class _NoiseSpec(MechanismSpec):
@@ -127,14 +143,14 @@ class _NoiseSpec(MechanismSpec):
 
     lam: float = 0.0
 
-    def lambdas(self) -> set[float]:
-        return {self.lam} if self.lam else set()
-
     def axes(self) -> dict[str, float]:
         return {"lambda": self.lam}
 
+    def prepare(self, space: Space) -> list[str]:
+        return prepare_rm(space, self.lam)
+
     def build(self, space: Space) -> WordMechanism:
-        return NoiseMechanism(space, self, space.a(self.lam))
+        return NoiseMechanism(space, self, rm_matrix(space, self.lam))
 
     def unit(self, space: Space) -> str:
         """Euclidean for λ = 0 (Laplace); else the regularized Mahalanobis norm, whose ε per unit of

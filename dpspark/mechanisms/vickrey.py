@@ -36,7 +36,7 @@ from dpspark import params
 from dpspark._pydantic import Field, validator
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
-from dpspark.mechanisms.noise import CHUNK, _NoiseSpec, sample_noise
+from dpspark.mechanisms.noise import CHUNK, _NoiseSpec, prepare_rm, rm_matrix, sample_noise
 
 
 def choose_first(r1: np.ndarray, r2: np.ndarray, t: float, u: np.ndarray) -> np.ndarray:
@@ -209,14 +209,14 @@ class Vickrey(MechanismSpec):
     def _lam(cls, v: Any) -> float:
         return 0.0 if v is None or v == "" else params.check_lambda(v)
 
-    def lambdas(self) -> set[float]:
-        return {self.lam} if self.lam else set()
-
     def axes(self) -> dict[str, float]:
         return {"t": self.t, "lambda": self.lam}
 
+    def prepare(self, space: Space) -> list[str]:
+        return prepare_rm(space, self.lam)
+
     def build(self, space: Space) -> WordMechanism:
-        return VickreySampler(space, self, space.a(self.lam))
+        return VickreySampler(space, self, rm_matrix(space, self.lam))
 
     def unit(self, space: Space) -> str:
         return _NoiseSpec.unit(self, space)  # type: ignore[arg-type]

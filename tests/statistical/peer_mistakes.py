@@ -40,6 +40,7 @@ import numpy as np
 from scipy import special
 
 from dpspark.mechanisms import Space, WordMechanism, sample_noise
+from dpspark.mechanisms.noise import rm_matrix
 from dpspark.mechanisms.truncated_gumbel import TruncatedGumbelSampler
 
 
@@ -217,7 +218,7 @@ class VickreyWithoutInput(WordMechanism):
             space, SimpleNamespace(name="vickrey-without-input", epsilon=float(epsilon), guarantee_type="metric")
         )
         self.t = float(t)
-        self.a = space.a(lam)
+        self.a = rm_matrix(space, lam)
 
     def sample(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64)

@@ -78,6 +78,7 @@ from dpspark.errors import ConfigError
 from dpspark.mechanisms import CHUNK, REGISTRY, Space, WordMechanism, parse, sample_noise
 from dpspark.mechanisms import truncated_gumbel as tg
 from dpspark.mechanisms.base import show
+from dpspark.mechanisms.noise import rm_matrix
 from dpspark.mechanisms.stopwords import ENGLISH_STOP_WORDS
 
 pytestmark = pytest.mark.statistical
@@ -737,7 +738,7 @@ def test_noise_draws_are_the_tested_noise(name, backend, build, space):
     assert len(rows) <= CHUNK
     for epsilon in CASES[name].epsilons:
         out = build(name, epsilon, backend).sample(rows, rng_for("noise", name, epsilon))
-        noise = sample_noise(len(rows), space.dim, epsilon, rng_for("noise", name, epsilon), space.a(lam))
+        noise = sample_noise(len(rows), space.dim, epsilon, rng_for("noise", name, epsilon), rm_matrix(space, lam))
         v = space.vectors[rows] + noise
         if backend == "numpy":
             np.testing.assert_array_equal(out, space.index.query(v))

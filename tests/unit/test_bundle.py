@@ -12,6 +12,7 @@ from dpspark.arrow import strings
 from dpspark.bundle import load_bundle, perturber_from, save_bundle
 from dpspark.errors import EmbeddingError
 from dpspark.geometry import geometry
+from dpspark.mechanisms import Space, parse
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime
@@ -28,14 +29,16 @@ SETTINGS = {
 
 def test_default_vocabulary_ships_as_its_size(glove, tmp_path):
     rows = np.arange(3000)
-    a = geometry(glove.vectors[rows], 1.0).a
-    d = save_bundle(tmp_path / "b", glove, SETTINGS, rows, {1.0: a})
+    space = Space(glove.vectors, rows)
+    names = parse(SETTINGS["settings"][0]).prepare(space)  # Mahalanobis at λ = 1 prepares its noise matrix A
+    d = save_bundle(tmp_path / "b", glove, SETTINGS, rows, artefacts=space.artefacts(names))
     # The default embedding and a prefix vocabulary: a few kilobytes, no row array.
     assert not (d / "vocab_rows.npy").exists() and not (d / "vectors.npy").exists()
     assert sum(p.stat().st_size for p in d.iterdir()) < 50_000
     res = load_bundle(d)
     assert np.array_equal(res.vocab_rows, rows) and res.index.size == 3000
-    assert np.array_equal(res.a_by_lambda[1.0], a)
+    assert np.array_equal(res.mechanisms()[0].a, geometry(glove.vectors[rows], 1.0).a)  # the shipped A, not computed
+    assert len(names) == 1 and names[0] in res.artefacts
     rng = np.random.default_rng(0)
     assert perturber_from(res).perturb_texts(["the cat sat"], rng)[0].count(" ") == 2
 
@@ -43,7 +46,7 @@ def test_default_vocabulary_ships_as_its_size(glove, tmp_path):
 def test_an_executor_perturbs_without_importing_pandas(glove, tmp_path):
     """Loading a bundle and perturbing a batch, as a fresh Python worker does, never imports
     pandas (≈ 0.2 s per worker; dpspark.arrow): the output equals the in-process one."""
-    d = save_bundle(tmp_path / "b", glove, SETTINGS, np.arange(3000), {1.0: np.eye(50)})
+    d = save_bundle(tmp_path / "b", glove, SETTINGS, np.arange(3000))
     code = (
         "import sys, numpy as np; from dpspark.arrow import strings; "
         "from dpspark.bundle import load_bundle, perturber_from; "
@@ -60,7 +63,7 @@ def test_an_executor_perturbs_without_importing_pandas(glove, tmp_path):
 
 def test_word_list_vocabulary_ships_its_rows(glove, tmp_path):
     rows = np.array([5, 17, 400, 1234] + list(range(2000, 2100)))
-    d = save_bundle(tmp_path / "b", glove, SETTINGS, rows, {0.0: np.eye(glove.dim)})
+    d = save_bundle(tmp_path / "b", glove, SETTINGS, rows)
     assert (d / "vocab_rows.npy").exists()
     assert np.array_equal(load_bundle(d).vocab_rows, rows)
 
@@ -68,7 +71,7 @@ def test_word_list_vocabulary_ships_its_rows(glove, tmp_path):
 def test_executor_refuses_another_default_embedding(glove, tmp_path):
     import json
 
-    d = save_bundle(tmp_path / "b", glove, SETTINGS, np.arange(100), {0.0: np.eye(glove.dim)})
+    d = save_bundle(tmp_path / "b", glove, SETTINGS, np.arange(100))
     meta = json.loads((d / "settings.json").read_text())
     meta["embeddings"]["sha256"] = "0" * 64
     (d / "settings.json").write_text(json.dumps(meta))
@@ -84,7 +87,7 @@ def _user_embedding(glove, n=3000):
 
 def test_user_embedding_is_shipped_without_a_shared_directory(glove, tmp_path):
     emb = _user_embedding(glove)
-    d = save_bundle(tmp_path / "b", emb, SETTINGS, np.arange(3000), {1.0: np.eye(50)})
+    d = save_bundle(tmp_path / "b", emb, SETTINGS, np.arange(3000))
     assert (d / "vectors.npy").exists() and (d / "words.arrow").exists()
     assert load_bundle(d).words.array.to_pylist() == emb.words
 
@@ -93,11 +96,11 @@ def test_user_embedding_travels_once_through_a_shared_directory(glove, tmp_path)
     emb = _user_embedding(glove)
     shared = tmp_path / "volume"
     shared.mkdir()
-    first = save_bundle(tmp_path / "b1", emb, SETTINGS, np.arange(3000), {1.0: np.eye(50)}, embeddings_dir=str(shared))
+    first = save_bundle(tmp_path / "b1", emb, SETTINGS, np.arange(3000), embeddings_dir=str(shared))
     (store,) = shared.iterdir()  # stored once, content-addressed, no temporary left
     assert store.name == f"dpspark-embedding-{emb.sha256}"
     stamp = (store / "vectors.npy").stat().st_mtime_ns
-    second = save_bundle(tmp_path / "b2", emb, SETTINGS, np.arange(3000), {1.0: np.eye(50)}, embeddings_dir=str(shared))
+    second = save_bundle(tmp_path / "b2", emb, SETTINGS, np.arange(3000), embeddings_dir=str(shared))
     assert (store / "vectors.npy").stat().st_mtime_ns == stamp and len(list(shared.iterdir())) == 1
     for d in (first, second):  # the bundles carry a reference only: a few kilobytes
         assert not (d / "vectors.npy").exists() and sum(p.stat().st_size for p in d.iterdir()) < 50_000
@@ -111,7 +114,7 @@ def test_changed_shared_embedding_is_refused(glove, tmp_path):
     from dpspark import bundle
 
     emb = _user_embedding(glove)
-    d = save_bundle(tmp_path / "b", emb, SETTINGS, np.arange(3000), {1.0: np.eye(50)}, embeddings_dir=str(tmp_path))
+    d = save_bundle(tmp_path / "b", emb, SETTINGS, np.arange(3000), embeddings_dir=str(tmp_path))
     store = tmp_path / f"dpspark-embedding-{emb.sha256}"
     v = np.load(store / "vectors.npy")
     v[0, 0] += 1.0
@@ -130,7 +133,7 @@ def test_vocabulary_only_keeps_vocabulary_words_and_maps_the_others_to_their_nea
     """compare's "vocabulary only" row: no noise, every word its nearest vocabulary word (itself when it
     is one), a token without a vector the placeholder, through the release's own text path."""
     rows = np.arange(3000)
-    res = load_bundle(save_bundle(tmp_path / "b", glove, SETTINGS, rows, {1.0: np.eye(50)}))
+    res = load_bundle(save_bundle(tmp_path / "b", glove, SETTINGS, rows))
     p = perturber_from(res, vocabulary_only=True)
     assert p.mechanism.spec is None and not p.term_frequencies
     rare = next(w for w in ("zebras", "sunflowers", "kayaking") if glove.word_index[w] >= 3000)

@@ -203,10 +203,12 @@ def test_spec_parameters_and_guards(space20k):
     assert REGISTRY["vickrey"] is Vickrey
     spec = parse({"name": "vickrey", "epsilon": 10})
     assert (spec.t, spec.lam) == (0.5, 0.0)
-    assert spec.lambdas() == set() and spec.axes() == {"t": 0.5, "lambda": 0.0}
+    assert spec.axes() == {"t": 0.5, "lambda": 0.0}
+    assert spec.prepare(space20k) == []  # λ = 0: A = I, nothing to ship
     assert Vickrey.parameter_names() == ["t", "lambda"]
     spec = parse({"name": "vickrey", "epsilon": 5, "t": 0.25, "lambda": 1})
-    assert spec.lambdas() == {1.0} and spec.axes() == {"t": 0.25, "lambda": 1.0}
+    assert spec.axes() == {"t": 0.25, "lambda": 1.0}
+    assert len(spec.prepare(space20k)) == 1  # A of λ = 1, shipped as an artefact
     assert spec.label() == "vickrey ε=5 t=0.25 lambda=1"
     assert isinstance(spec.build(space20k), VickreySampler)
     assert parse({"name": "vickrey", "epsilon": 5, "t": 0}).t == 0.0
