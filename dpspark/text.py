@@ -55,6 +55,8 @@ _SPLIT = re.compile(f"({TOKEN_PATTERN})")
 _LINE_BREAK = re.compile("\r\n|[\n\v\f\r\x1c\x1d\x1e\x85\u2028\u2029]")
 
 COUNT_NAMES = ("tokens", "placeholders")
+# The Arrow type of each type name a mechanism's extra columns use (``MechanismSpec.extra_columns``).
+COLUMN_TYPES = {"map<string,int>": pa.map_(pa.string(), pa.int32())}
 
 
 def tokenize(text: str) -> tuple[list[str], list[str]]:
@@ -229,9 +231,19 @@ class TextPerturber:
         return strings(result, array.type), per_row
 
     @property
-    def term_frequencies(self) -> bool:
-        """Whether the mechanism releases synthetic documents (``perturb_documents``) instead of tokens."""
-        return self.mechanism.spec is not None and self.mechanism.spec.term_frequencies
+    def text_level(self) -> bool:
+        """Whether the mechanism releases each text as a whole (``perturb_documents``) instead of token by
+        token (``perturb_array``)."""
+        return self.mechanism.spec is not None and self.mechanism.spec.text_level
+
+    def perturb(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, dict[str, pa.Array], np.ndarray]:
+        """The perturbed column at the mechanism's level, its extra columns by suffix (the spec's
+        ``extra_columns``: SynTF's ``tf``) and the per-row counts (``COUNT_NAMES``)."""
+        if self.text_level:
+            out, tf, per_row = self.perturb_documents(array, rng)
+            return out, {"tf": tf}, per_row
+        out, per_row = self.perturb_array(array, rng)
+        return out, {}, per_row
 
     def perturb_documents(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, pa.Array, np.ndarray]:
         """SynTF's synthetic document of each row: n words, each the mechanism's draw from a word taken

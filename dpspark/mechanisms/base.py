@@ -372,9 +372,12 @@ class MechanismSpec(BaseModel):
     paper: ClassVar[str] = ""
     guarantee_type: ClassVar[str] = "metric"
     summary: ClassVar[str] = ""
-    # A release replaces each text by a synthetic document (its drawn words) and adds its term
-    # frequencies as COL_tf (SynTF), instead of replacing token by token.
-    term_frequencies: ClassVar[bool] = False
+    # A text-level mechanism releases each text as a whole (SynTF's synthetic document: its drawn words),
+    # not one output token per input token, and may add columns beside each perturbed column COL, as
+    # COL_<suffix> (suffix → type, ``dpspark.text.COLUMN_TYPES``). ``dpspark.text.TextPerturber.perturb``
+    # runs either level; the Spark jobs only add the columns named here.
+    text_level: ClassVar[bool] = False
+    extra_columns: ClassVar[dict[str, str]] = {}
 
     class Config:
         extra = "forbid"

@@ -86,7 +86,8 @@ class SynTF(MechanismSpec):
     paper: ClassVar[str] = SynTFWords.paper.split(" (")[0]
     guarantee_type: ClassVar[str] = "document"
     summary: ClassVar[str] = "synthetic term frequencies: n words drawn from the document, each then by the word draw"
-    term_frequencies: ClassVar[bool] = True
+    text_level: ClassVar[bool] = True
+    extra_columns: ClassVar[dict[str, str]] = {"tf": "map<string,int>"}  # COL_tf: the drawn words' counts
 
     @validator("draws", pre=True, allow_reuse=True)
     def _draws(cls, v: Any) -> int | None:

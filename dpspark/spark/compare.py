@@ -257,7 +257,7 @@ class Comparison:
                 try:
                     if testing:
                         scores[mode].append(self.model.score(self.fitted_plain, noisy.drop(ORIGINAL), bundle))
-                        aligned = not spec.term_frequencies
+                        aligned = not spec.text_level
                         part = text_metric_sums(noisy, bundle, self.rare, c.pp_tokens, aligned)
                         sums = part if sums is None else sums + part
                     else:

@@ -45,8 +45,7 @@ def check_columns(df: DataFrame, config: PerturbConfig, hidden: list[str] | None
                 "perturbed (cast it, or choose another column)"
             )
     added = [f"{c}_original" for c in config.columns] if config.keep_original else []
-    if config.spec.term_frequencies:
-        added += [f"{c}_tf" for c in config.columns]
+    added += [f"{c}_{suffix}" for suffix in config.spec.extra_columns for c in config.columns]
     clash = [n for n in [*added, *(hidden or [])] if n in fields]
     if clash:
         raise InputDataError(
@@ -184,8 +183,8 @@ class PerturbJob:
 
     def transform(self, df: DataFrame, run_id: str) -> tuple[DataFrame, list[Any]]:
         c = self.config
-        tf = c.spec.term_frequencies
-        out = perturb(df, self.shipment.name, self.job_key, list(c.columns), c.keep_original, run_id, tf)
+        extra = c.spec.extra_columns
+        out = perturb(df, self.shipment.name, self.job_key, list(c.columns), c.keep_original, run_id, extra)
         sums = [F.sum(F.col(quote(col))).alias(name) for col, name in zip(count_columns(run_id), COUNT_NAMES)]
         if c.oov != "unk":  # placeholders exist only under unk
             sums = sums[:1]
@@ -270,6 +269,6 @@ def perturb_text(
     job = PerturbJob(config)
     check_columns(df, config)
     job.prepare(df, spark, run_id)  # the archive stays until exit: the DataFrame may be evaluated any time
-    tf = config.spec.term_frequencies
-    out = perturb(df, job.shipment.name, job.job_key, list(config.columns), config.keep_original, run_id, tf)
+    extra = config.spec.extra_columns
+    out = perturb(df, job.shipment.name, job.job_key, list(config.columns), config.keep_original, run_id, extra)
     return out.drop(*count_columns(run_id))

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_type
 
 from dpspark.arrow import numbers, numpy_dtype, to_numpy
 from dpspark.bundle import perturber_from
@@ -29,7 +30,7 @@ from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
 from dpspark.spark.resources import resources
-from dpspark.text import COUNT_NAMES, TextPerturber, decode_strings, tokenize
+from dpspark.text import COLUMN_TYPES, COUNT_NAMES, TextPerturber, decode_strings, tokenize
 
 
 def quote(name: str) -> str:
@@ -113,7 +114,7 @@ def _perturb_batches(
     columns: list[str],
     keep: bool,
     counts: list[str],
-    tf: bool = False,
+    extra: tuple[str, ...] = (),
     vocabulary_only: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     partition = _task_partition()
@@ -124,19 +125,17 @@ def _perturb_batches(
         rng = batch_generator(job_key, partition, number)
         names, arrays = list(batch.schema.names), list(batch.columns)
         totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
-        originals, frequencies = [], []
+        originals, added = [], {suffix: [] for suffix in extra}
         for col in columns:
             i = names.index(col)
             originals.append(arrays[i])
-            if perturber.term_frequencies:  # SynTF: a synthetic document and its term frequencies
-                arrays[i], frequency, per_row = perturber.perturb_documents(arrays[i], rng)
-                frequencies.append(frequency)
-            else:
-                arrays[i], per_row = perturber.perturb_array(arrays[i], rng)
+            arrays[i], columns_of, per_row = perturber.perturb(arrays[i], rng)
+            for suffix in extra:
+                added[suffix].append(columns_of[suffix])
             totals += per_row
-        if tf:
-            names += [f"{c}_tf" for c in columns]
-            arrays += frequencies
+        for suffix in extra:
+            names += [f"{c}_{suffix}" for c in columns]
+            arrays += added[suffix]
         if keep:
             names += [f"{c}_original" for c in columns]
             arrays += originals
@@ -152,22 +151,24 @@ def perturb(
     columns: list[str],
     keep: bool,
     run_id: str,
-    tf: bool = False,
+    extra: dict[str, str] | None = None,
     vocabulary_only: bool = False,
 ) -> DataFrame:
-    """``df`` with ``columns`` perturbed, ``<col>_tf`` if ``tf`` (SynTF's term frequencies, map<string, int>),
+    """``df`` with ``columns`` perturbed, then ``<col>_<suffix>`` for each of the mechanism's ``extra``
+    columns (``MechanismSpec.extra_columns``: SynTF's term frequencies ``<col>_tf``, map<string, int>),
     ``<col>_original`` if ``keep``, and the hidden count columns. ``vocabulary_only``: every word its
     nearest vocabulary word, no noise (``dpspark.bundle.VocabularyOnly``; evaluations only)."""
     counts = count_columns(run_id)
     fields = list(df.schema.fields)
-    if tf:
-        fields += [T.StructField(f"{col}_tf", T.MapType(T.StringType(), T.IntegerType()), True) for col in columns]
+    for suffix, kind in (extra or {}).items():
+        spark_type = from_arrow_type(COLUMN_TYPES[kind])
+        fields += [T.StructField(f"{col}_{suffix}", spark_type, True) for col in columns]
     if keep:
         fields += [T.StructField(f"{col}_original", T.StringType(), True) for col in columns]
     fields += [T.StructField(n, T.LongType(), False) for n in counts]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _perturb_batches(batches, bundle, job_key, columns, keep, counts, tf, vocabulary_only)
+        return _perturb_batches(batches, bundle, job_key, columns, keep, counts, tuple(extra or {}), vocabulary_only)
 
     return map_in_arrow(df, run, fields)
 

@@ -135,7 +135,7 @@ def test_vocabulary_only_keeps_vocabulary_words_and_maps_the_others_to_their_nea
     rows = np.arange(3000)
     res = load_bundle(save_bundle(tmp_path / "b", glove, SETTINGS, rows))
     p = perturber_from(res, vocabulary_only=True)
-    assert p.mechanism.spec is None and not p.term_frequencies
+    assert p.mechanism.spec is None and not p.text_level
     rare = next(w for w in ("zebras", "sunflowers", "kayaking") if glove.word_index[w] >= 3000)
     v = glove.vectors[glove.word_index[rare]].astype(np.float64)
     nearest = glove.words[int(np.argmin(np.linalg.norm(glove.vectors[:3000].astype(np.float64) - v, axis=1)))]

@@ -10,7 +10,7 @@ from scipy import stats
 
 from dpspark.errors import ConfigError
 from dpspark.mechanisms import Space, parse
-from dpspark.text import TextPerturber
+from dpspark.text import COLUMN_TYPES, TextPerturber
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime
@@ -28,9 +28,12 @@ def perturber(glove, space, epsilon: float, **params) -> TextPerturber:
 
 def test_documents_are_their_draws_and_counts(glove, space):
     p = perturber(glove, space, 30.0)
-    assert p.term_frequencies
+    assert p.text_level and set(p.mechanism.spec.extra_columns) == {"tf"}
     texts = pa.array(["Paris is lovely, qwxzzy!", None, "", "zzqxv qqwzx", "the the the"], pa.string())
     out, tf, counts = p.perturb_documents(texts, np.random.default_rng(0))
+    same, extra, same_counts = p.perturb(texts, np.random.default_rng(0))  # the level-blind entry point
+    assert same.equals(out) and extra["tf"].equals(tf) and (same_counts == counts).all()
+    assert extra["tf"].type == COLUMN_TYPES[p.mechanism.spec.extra_columns["tf"]]
     out, tf = out.to_pylist(), tf.to_pylist()
     # n = the in-vocabulary tokens: "paris is lovely , !" (5; the unknown word is left out), none, none, 3.
     assert [len(t.split()) if t else 0 for t in out[:1]] == [5] and counts[:, 0].tolist() == [5, 0, 0, 0, 3]
