@@ -269,12 +269,15 @@ class TableOutput:
         return ident(self.catalog, self.schema, f"{io.TMP_PREFIX}{self.name}_{_host()}_{os.getpid()}_{run_id}")
 
     def remove_stale(self) -> list[str]:
-        """Drop staging tables of this output left by runs of this host that no longer run."""
+        """Drop staging tables of this output left by runs of this host that no longer run. The names come
+        from SHOW TABLES, which reads no table's metadata: ``catalog.listTables`` loads each table it lists
+        and fails on one that another run drops meanwhile (its probe or stage; Spark 3.5)."""
         prefix, removed = f"{io.TMP_PREFIX}{self.name}_", []
-        for t in self.spark.catalog.listTables(ident(self.catalog, self.schema)):
-            if t.name.lower().startswith(prefix) and io.owner_gone(t.name[len(prefix) :].split("_"), _host()):
-                self.drop(ident(self.catalog, self.schema, t.name))
-                removed.append(t.name)
+        for row in self.spark.sql(f"SHOW TABLES IN {ident(self.catalog, self.schema)}").collect():
+            name = row["tableName"]
+            if name.lower().startswith(prefix) and io.owner_gone(name[len(prefix) :].split("_"), _host()):
+                self.drop(ident(self.catalog, self.schema, name))
+                removed.append(name)
         return removed
 
     def drop(self, table: str) -> None:

@@ -39,16 +39,24 @@ def nested_stages(out: Path) -> list[str]:
     return [p.name for p in out.rglob("_dpspark_tmp_*")]
 
 
+def described(errors: list[BaseException]) -> list[str]:
+    """Each error with its message (an AnalysisException's repr has none)."""
+    return [f"{type(e).__name__}: {e}"[:2000] for e in errors]
+
+
 def race(spark, monkeypatch, configs: list[dict]) -> tuple[list[dict], list[BaseException]]:
     """Run releases in threads of this session, all held after their checks until every one has
     passed them: each reads the ledger before any commits."""
     barrier = threading.Barrier(len(configs), timeout=120)
-    write = release._write
+    write = getattr(release._write, "original", release._write)  # an earlier race's patch: not nested
+    arrived = set()
 
     def held(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        arrived.add(threading.get_ident())
         barrier.wait()
         return write(*args, **kwargs)
 
+    held.original = write
     monkeypatch.setattr(release, "_write", held)
     results, errors = [], []
 
@@ -57,6 +65,8 @@ def race(spark, monkeypatch, configs: list[dict]) -> tuple[list[dict], list[Base
             results.append(run_perturb(PerturbConfig.parse({"columns": "text", "vocab_size": 3000, **config}), spark))
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             errors.append(exc)
+            if threading.get_ident() not in arrived:  # it failed before the barrier: the others stop waiting
+                barrier.abort()
 
     threads = [threading.Thread(target=run, args=(c,)) for c in configs]
     for t in threads:
@@ -74,7 +84,7 @@ def test_two_first_releases_into_one_new_output(spark, monkeypatch, tmp_path, da
     before, out = snapshot(dataset), tmp_path / "out"
     config = {"input": str(dataset), "output": str(out), "epsilon": 10}
     results, errors = race(spark, monkeypatch, [config, config])
-    assert len(results) == 1 and len(errors) == 1, errors
+    assert len(results) == 1 and len(errors) == 1, described(errors)
     assert isinstance(errors[0], OutputExistsError) and errors[0].exit_code == 5
     assert "created by another run while this one ran" in str(errors[0]) and "not spent" in str(errors[0])
     assert nested_stages(out) == [] and leftovers(tmp_path) == []
@@ -88,7 +98,7 @@ def test_two_overwrites_at_once_one_wins(spark, monkeypatch, tmp_path, dataset):
     assert perturb(dataset, out) == 0
     config = {"input": str(dataset), "output": str(out), "epsilon": 10, "mode": "overwrite", "allow_rerelease": True}
     results, errors = race(spark, monkeypatch, [config, config])
-    assert len(results) == 1 and len(errors) == 1, errors
+    assert len(results) == 1 and len(errors) == 1, described(errors)
     assert isinstance(errors[0], ReleaseRefusedError) and errors[0].exit_code == 7
     assert "released by another run while this one ran" in str(errors[0])
     entries = ledger_entries(spark, out)
@@ -115,7 +125,7 @@ def test_overlapping_etl_runs_at_once_one_wins(spark, monkeypatch, tmp_path, par
     base = {"input": str(partitioned), "output": str(out), "epsilon": 5}
     configs = [{**base, "partition": "date=2026-11-20"}, {**base, "partition": "date=2026-11-20/hour=01"}]
     results, errors = race(spark, monkeypatch, configs)
-    assert len(results) == 1 and len(errors) == 1, errors
+    assert len(results) == 1 and len(errors) == 1, described(errors)
     assert isinstance(errors[0], ReleaseRefusedError) and "while this one ran" in str(errors[0])
     entries = ledger_entries(spark, out)
     assert [e["run_id"] for e in entries] == [results[0]["run_id"]]
@@ -137,7 +147,7 @@ def test_two_first_releases_into_one_new_table(spark, monkeypatch, tmp_path, dat
     try:
         config = {"input": str(dataset), "output_table": "racedb.private", "epsilon": 10}
         results, errors = race(spark, monkeypatch, [config, config])
-        assert len(results) == 1 and len(errors) == 1, errors
+        assert len(results) == 1 and len(errors) == 1, described(errors)
         assert isinstance(errors[0], OutputExistsError) and "created by another run" in str(errors[0])
         entries = spark.table("racedb.private__dpspark_ledger").where("kind = 'entry'").collect()
         assert [r["run_id"] for r in entries] == [results[0]["run_id"]]
