@@ -276,25 +276,10 @@ def _stat(pid: str) -> list[str]:
     return text[text.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
 
 
-def _python_worker_under(pgid: int) -> bool:
-    """Whether an executor in process group ``pgid`` runs a PySpark daemon (its own pgid): mapInArrow runs."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            if b"pyspark.daemon" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                continue
-            if int(_stat(_stat(pid)[1])[2]) == pgid:
-                return True
-        except (OSError, ValueError, IndexError):
-            continue
-    return False
-
-
-def _python_cpu_under(pgid: int) -> int:
-    """CPU ticks so far of the PySpark daemons of the executors in process group ``pgid`` and of the Python
-    workers they forked (a task's work), summed."""
-    daemons, ticks, procs = set(), 0, {}
+def _pyspark_under(pgid: int) -> list[list[str]]:
+    """/proc stat fields of the PySpark daemons started by the executors in process group ``pgid`` (each
+    daemon has its own pgid: its parent's is the executor's) and of the Python workers they forked."""
+    procs = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -303,16 +288,25 @@ def _python_cpu_under(pgid: int) -> int:
                 procs[pid] = _stat(pid)
         except (OSError, ValueError, IndexError):
             continue
+    daemons = set()
     for pid, st in procs.items():
         try:
             if int(_stat(st[1])[2]) == pgid:
                 daemons.add(pid)
         except (OSError, ValueError, IndexError):
             continue
-    for pid, st in procs.items():
-        if pid in daemons or st[1] in daemons:
-            ticks += int(st[11]) + int(st[12])  # utime + stime
-    return ticks
+    return [st for pid, st in procs.items() if pid in daemons or st[1] in daemons]
+
+
+def _python_worker_under(pgid: int) -> bool:
+    """Whether an executor in process group ``pgid`` runs a PySpark daemon: mapInArrow runs."""
+    return bool(_pyspark_under(pgid))
+
+
+def _python_cpu_under(pgid: int) -> int:
+    """CPU ticks so far of the PySpark daemons of the executors in process group ``pgid`` and of the Python
+    workers they forked (a task's work), summed."""
+    return sum(int(st[11]) + int(st[12]) for st in _pyspark_under(pgid))  # utime + stime
 
 
 def _computing_under(pgid: int, window: float = 0.3) -> bool:
