@@ -121,21 +121,31 @@ def watching(progress: Progress, poll: Callable[[], tuple[int, float]], every: f
 
 class Costs:
     """Seconds per setting measured so far, and an estimate for a setting not yet measured: the mean of
-    its series (the same mechanism and parameters at another ε), else of its mechanism, else of every
-    setting measured; None before the first."""
+    its series (the same mechanism and parameters at another ε), else of its mechanism, else of its kind
+    (settings that cost alike: compare's, how the attacker gets its likelihoods), else of every setting
+    measured; None before the first."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[str, str, float]] = []  # (series, mechanism, seconds)
+        self.seen: list[tuple[str, str, Any, float]] = []  # (series, mechanism, kind, seconds)
 
-    def record(self, series: str, mechanism: str, seconds: float) -> None:
-        self.seen.append((series, mechanism, seconds))
+    def record(self, series: str, mechanism: str, seconds: float, kind: Any = None) -> None:
+        self.seen.append((series, mechanism, kind, seconds))
 
-    def estimate(self, series: str, mechanism: str) -> float | None:
-        for match in (lambda s, m: s == series, lambda s, m: m == mechanism, lambda s, m: True):
-            times = [t for s, m, t in self.seen if match(s, m)]
+    def estimate(self, series: str, mechanism: str, kind: Any = None) -> float | None:
+        for match in (
+            lambda s, m, k: s == series,
+            lambda s, m, k: m == mechanism,
+            lambda s, m, k: kind is not None and k == kind,
+            lambda s, m, k: True,
+        ):
+            times = [t for s, m, k, t in self.seen if match(s, m, k)]
             if times:
                 return sum(times) / len(times)
         return None
+
+    def mean(self) -> float | None:
+        """The mean of every setting measured (None before the first)."""
+        return sum(t for *_, t in self.seen) / len(self.seen) if self.seen else None
 
 
 def eta_line(label: str, done: int, planned: int, remaining: float | None, step: str) -> str:

@@ -8,6 +8,7 @@ these; the unit tests call them on points of their own.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -23,13 +24,25 @@ def with_epsilon(spec: MechanismSpec, epsilon: float) -> MechanismSpec:
     return mechanisms.parse({**spec.parameters(), "epsilon": float(epsilon)})
 
 
-def round_robin(items: list[Any], series: Any) -> list[Any]:
-    """``items`` with their series (``series(item)``) taken in turn: each series' first, then each one's
-    second, ...: compare measures every mechanism's cost early, and its estimate of the time left holds."""
+def round_robin(items: list[Any], series: Any, kind: Any = None) -> list[Any]:
+    """``items`` with their series (``series(item)``) taken in turn, so that compare measures every kind of
+    cost early and its estimate of the time left holds:
+
+    - each series' first, then each one's second, ...;
+    - the series ordered so that their kinds (``kind(item)``: how the attacker gets its likelihoods, the
+      main cost) alternate, in their first order within a kind;
+    - the i-th series starting at its (i mod n)-th item and wrapping round: its ε differ from its
+      neighbours', so that the first chunks hold small and large ε of different mechanisms."""
     by: dict[Any, list[Any]] = {}
     for item in items:
         by.setdefault(series(item), []).append(item)
     queues = list(by.values())
+    if kind is not None:
+        kinds: dict[Any, list[list[Any]]] = {}
+        for q in queues:
+            kinds.setdefault(kind(q[0]), []).append(q)
+        queues = [q for turn in itertools.zip_longest(*kinds.values()) for q in turn if q is not None]
+    queues = [q[i % len(q) :] + q[: i % len(q)] for i, q in enumerate(queues)]
     return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 

@@ -125,6 +125,7 @@ class Comparison:
         self.probe: Any = None  # a Space of the vocabulary, to ask each setting whether it can run
         self.costs = Costs()  # seconds per setting measured: the estimate of the time left
         self.pending: list[MechanismSpec] = []  # the settings of the stage being measured, not yet done
+        self.kinds: dict[int, str] = {}  # id(spec) -> how its attacker gets its likelihoods (its main cost)
         self.planned_extra: float | None = None  # after the grid: the refinement or solve points still expected
         self.grid_epsilons: dict[str, list[float]] = {}
         self.solve_prior: float | None = None  # --solve: the points expected before any is measured
@@ -211,7 +212,10 @@ class Comparison:
         cost of each is measured early and the estimate of the time left holds; the points are kept in
         the order of ``preps``."""
         phase = "grid" if stage == "grid" else "refinement"
-        order = round_robin(preps, lambda prep: prep.spec.series_label())
+        for prep in preps:
+            exact = prep.mechanism.distribution(prep.vocab_rows[:1]) is not None
+            self.kinds[id(prep.spec)] = "exact likelihoods" if exact else "fitted likelihoods"
+        order = round_robin(preps, lambda prep: prep.spec.series_label(), lambda prep: self.kinds[id(prep.spec)])
         self.pending = [prep.spec for prep in order]
         size = max(2, 2 * backend.cores(self.spark))
         first = len(self.points)
@@ -231,7 +235,7 @@ class Comparison:
                 point["stage"] = stage
                 self.points.append(point)
                 self.pending.remove(prep.spec)
-                self.costs.record(prep.spec.series_label(), prep.spec.name, point["time_s"])
+                self.costs.record(prep.spec.series_label(), prep.spec.name, point["time_s"], self.kinds[id(prep.spec)])
                 self.add_time(f"{phase}_utility_s", time.perf_counter() - t0)
             self.chunk_started = time.monotonic()
         rank = {id(prep.spec): i for i, prep in enumerate(preps)}
@@ -271,14 +275,18 @@ class Comparison:
 
     def remaining(self) -> float | None:
         """Seconds left in all: the settings of this stage not yet measured (each at its series', else
-        its mechanism's, else the mean measured cost) less the time the current chunk has run, and the
-        refinement or solve points still expected (``expected_extra``) at the mean cost."""
-        if not self.costs.seen:
+        its mechanism's, else its kind's, else the mean measured cost: ``Costs.estimate``) less the time
+        the current chunk has run, and the refinement or solve points still expected (``expected_extra``)
+        at the mean cost."""
+        mean = self.costs.mean()
+        if mean is None:
             return None
-        mean = sum(t for *_, t in self.costs.seen) / len(self.costs.seen)
-        left = sum(self.costs.estimate(s.series_label(), s.name) or mean for s in self.pending)
-        chunk = self.pending[: max(2, 2 * backend.cores(self.spark))]
-        running = sum(self.costs.estimate(s.series_label(), s.name) or mean for s in chunk)
+
+        def cost(spec: MechanismSpec) -> float:
+            return self.costs.estimate(spec.series_label(), spec.name, self.kinds.get(id(spec))) or mean
+
+        left = sum(map(cost, self.pending))
+        running = sum(map(cost, self.pending[: max(2, 2 * backend.cores(self.spark))]))
         left -= min(time.monotonic() - self.chunk_started, 0.9 * running)
         return max(left, 0.0) + self.expected_extra() * mean
 

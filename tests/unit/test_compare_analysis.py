@@ -149,8 +149,27 @@ def test_round_robin_takes_the_series_in_turn():
 
     items = [("laplace", 1), ("laplace", 5), ("laplace", 10), ("tem", 1), ("santext", 1), ("santext", 5)]
     got = round_robin(items, lambda item: item[0])
+    # each series once before any twice; the i-th series starts at its (i mod n)-th item (santext: 2 mod 2)
     assert got == [("laplace", 1), ("tem", 1), ("santext", 1), ("laplace", 5), ("santext", 5), ("laplace", 10)]
+    assert sorted(got) == sorted(items)
     assert round_robin([], lambda item: item) == []
+
+
+def test_round_robin_alternates_the_kinds_and_spreads_epsilon():
+    """The series of two kinds (fitted or exact likelihoods) alternate, and the first round holds every ε:
+    the first chunks measure both kinds of cost, at small and large ε."""
+    from dpspark.evaluation.compare_analysis import round_robin
+
+    fitted = {"mahalanobis", "laplace", "vickrey"}
+    names = ["mahalanobis", "laplace", "vickrey", "tem", "santext", "custext"]
+    items = [(m, e) for m in names for e in (1, 5, 10)]
+    got = round_robin(items, lambda item: item[0], lambda item: item[0] in fitted)
+    first = got[: len(names)]
+    assert [m for m, _ in first] == ["mahalanobis", "tem", "laplace", "santext", "vickrey", "custext"]
+    assert [e for _, e in first] == [1, 5, 10, 1, 5, 10]
+    assert sorted(got) == sorted(items) and len(got) == len(items)
+    for k in range(0, len(got), 2):  # every chunk of two holds one of each kind
+        assert {got[k][0] in fitted, got[k + 1][0] in fitted} == {True, False}
 
 
 def test_the_refinement_outlook_counts_only_crossings_the_grid_can_hold():

@@ -64,6 +64,15 @@ def test_costs_estimate_from_the_series_then_the_mechanism_then_all():
     assert c.estimate("tem β=0.001", "tem") == 15.0  # its series
     assert c.estimate("tem β=0.01", "tem") == 15.0  # its mechanism
     assert c.estimate("santext", "santext") == pytest.approx(34 / 3)  # everything measured
+    assert c.mean() == pytest.approx(34 / 3)
+    kinds = Costs()
+    kinds.record("laplace", "laplace", 40.0, "fitted")
+    kinds.record("tem β=0.001", "tem", 20.0, "exact")
+    kinds.record("santext", "santext", 10.0, "exact")
+    assert kinds.estimate("custext", "custext", "exact") == 15.0  # its kind
+    assert kinds.estimate("vickrey", "vickrey", "fitted") == 40.0
+    assert kinds.estimate("custext", "custext") == pytest.approx(70 / 3)  # no kind given: everything
+    assert Costs().mean() is None
     assert eta_line("compare", 3, 40, 125.0, "grid: santext ε=5, utility") == (
         "compare: 3/40 settings measured (grid: santext ε=5, utility); about 2 min 05 s to go"
     )
