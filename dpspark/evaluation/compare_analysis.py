@@ -298,7 +298,8 @@ class Analysis:
         """The refinement points still to come while the grid is measured (for the estimate of the time
         left): per aim and series, none where the series' smallest grid ε already misses the aim or its
         largest already meets it (the crossing lies outside the grid, where no point is added), one per
-        round (at most two) where the measured points bracket it, and one where it is not known yet.
+        round (at most two) where the measured points bracket it, and where it is not known yet, the
+        share of the known series that bracket it, smoothed ((k + 1) / (n + 2): one half before any).
 
         Args:
             planned: each series' grid ε.
@@ -308,12 +309,17 @@ class Analysis:
             return 0.0
         expected = 0.0
         for _, curves, target in self.aims():
+            known, bracketing, unknown = 0, 0, 0
             for series, grid in planned.items():
                 pts = {p.epsilon: p.value for p in curves.get(series, [])}
                 lo, hi = min(grid), max(grid)
                 if (lo in pts and pts[lo] > target) or (hi in pts and pts[hi] <= target):
-                    continue  # outside the grid: the report says which way to look, no point is added
+                    known += 1  # outside the grid: the report says which way to look, no point is added
+                    continue
                 measured = sorted(pts)
-                brackets = any(pts[a] <= target < pts[b] for a, b in zip(measured, measured[1:]))
-                expected += min(rounds, 2) if brackets else 1.0
+                if any(pts[a] <= target < pts[b] for a, b in zip(measured, measured[1:])):
+                    known, bracketing = known + 1, bracketing + 1
+                else:
+                    unknown += 1
+            expected += bracketing * min(rounds, 2) + unknown * (bracketing + 1) / (known + 2)
         return expected

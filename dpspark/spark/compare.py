@@ -297,8 +297,8 @@ class Comparison:
             return self.planned_extra
         if self.solve_prior is not None:
             return self.solve_prior
-        if not hasattr(self, "baseline"):
-            return float(len(self.grid_epsilons) * min(self.config.refine, 2))
+        if not hasattr(self, "baseline"):  # nothing measured: one half per series (refinement_outlook's prior)
+            return 0.5 * len(self.grid_epsilons) if self.config.refine else 0.0
         return self.analysis().refinement_outlook(self.grid_epsilons, self.config.refine)
 
     def report_progress(self) -> None:

@@ -175,12 +175,16 @@ def test_round_robin_alternates_the_kinds_and_spreads_epsilon():
 def test_the_refinement_outlook_counts_only_crossings_the_grid_can_hold():
     """While the grid is measured: a series whose smallest ε already exceeds the target gets no refinement
     point (the crossing lies below the grid), one whose points bracket it one per round (at most two), one
-    not measured yet one."""
+    not measured yet the smoothed share of the known series that bracket it: (1 + 1) / (2 + 2)."""
     plan = {"santext": [1.0, 5.0, 10.0], "tem β=0.001": [1.0, 5.0, 10.0], "laplace": [1.0, 5.0, 10.0]}
     points = [
         point("santext", 1.0, 0.02, 0.6),  # meets the 0.10 target at ε = 1 ...
         point("santext", 5.0, 0.30, 0.9),  # ... not at 5: the crossing is inside the grid
         point("tem", 1.0, 0.25, 0.7),  # misses it at the smallest ε: below the grid, never refined
     ]
-    assert Analysis(points, settings(), BASELINE).refinement_outlook(plan, rounds=2) == 2 + 0 + 1
+    assert Analysis(points, settings(), BASELINE).refinement_outlook(plan, rounds=2) == 2 + 0 + 0.5
+    # nothing measured: one half per series; every series known and outside the grid: none
+    assert Analysis([], settings(), BASELINE).refinement_outlook(plan, rounds=2) == 1.5
+    below = [point(name, 1.0, 0.5, 0.6) for name in ("santext", "tem", "laplace")]
+    assert Analysis(below, settings(), BASELINE).refinement_outlook(plan, rounds=2) == 0
     assert Analysis(points, settings(), BASELINE).refinement_outlook(plan, rounds=0) == 0
