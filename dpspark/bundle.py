@@ -139,6 +139,7 @@ def save_bundle(
     embeddings: Embeddings,
     settings: dict[str, Any],
     vocab_rows: np.ndarray | None = None,
+    *,
     annoy_path: str | None = None,
     embeddings_dir: str | None = None,
     artefacts: dict[str, np.ndarray] | None = None,

@@ -63,7 +63,15 @@ class Grid:
         }
         annoy = self.annoy.path if self.annoy else None
         artefacts = self.space.artefacts(self.artefact_names)
-        return save_bundle(directory, self.embeddings, settings, self.vocab_rows, annoy, embeddings_dir, artefacts)
+        return save_bundle(
+            directory,
+            self.embeddings,
+            settings,
+            self.vocab_rows,
+            annoy_path=annoy,
+            embeddings_dir=embeddings_dir,
+            artefacts=artefacts,
+        )
 
     def mechanisms(self) -> list[WordMechanism]:
         return [spec.build(self.space) for spec in self.specs]

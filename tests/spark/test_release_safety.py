@@ -460,7 +460,7 @@ def test_executor_cache_is_bounded(glove, tmp_path, monkeypatch):
     settings = {"epsilon": 10.0, "oov": "unk", "oov_token": "[UNK]", "layout": "single", "nn": "exact"}
     names = [f"bundle-{i}" for i in range(2 * resources.MAX_BUNDLES + 1)]
     for i, name in enumerate(names):
-        save_bundle(tmp_path / name, glove, {**settings, "nn_params": {}}, np.arange(200 + i), {1.0: np.eye(50)})
+        save_bundle(tmp_path / name, glove, {**settings, "nn_params": {}}, np.arange(200 + i))
         loaded = resources.resources(name)
         assert loaded.index.size == 200 + i and resources.resources(name) is loaded  # the second call: cached
         assert resources.cached() == (min(i + 1, resources.MAX_BUNDLES), 1)

@@ -173,7 +173,7 @@ def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path
     sensitive = {emb.word_index["london"], emb.word_index["nokia"]}
     specs = [parse({"name": "laplace", "epsilon": e}) for e in (5.0, 10.0)]
     bundle = {"settings": [s.parameters() for s in specs], "nn": "exact", "nn_params": {}}
-    ship = resources.ship(spark, lambda d: save_bundle(d, emb, bundle, vocab, {}, None))
+    ship = resources.ship(spark, lambda d: save_bundle(d, emb, bundle, vocab))
     items = plan(specs, np.array(sorted(prior)), 20, 5, 10)
     counts = pair_counts(spark, items, b"k" * 16, ship.name).cache()
     rows = counts.collect()
