@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import json
 import logging
 import os
@@ -475,14 +476,6 @@ def _cmd_evaluation(command: str, c: Any) -> int:
     return (embedding_report if command == "embedding-report" else privemb_eval).run(c.copy(update={"quiet": False}))
 
 
-def _cmd_embedding_report(c: Any) -> int:
-    return _cmd_evaluation("embedding-report", c)
-
-
-def _cmd_evaluate_vectors(c: Any) -> int:
-    return _cmd_evaluation("evaluate-vectors", c)
-
-
 class Command(typing.NamedTuple):
     model: str  # the name of its settings model in dpspark.config
     help: str
@@ -506,7 +499,7 @@ COMMANDS: dict[str, Command] = {
     "embedding-report": Command(
         "EmbeddingReportConfig",
         "geometry of the embedding: k-NN distance percentiles, density (Xu Table 5), spectrum of Σ",
-        _cmd_embedding_report,
+        functools.partial(_cmd_evaluation, "embedding-report"),
     ),
     "evaluate-utility": Command(
         "EvaluateUtilityConfig",
@@ -526,7 +519,7 @@ COMMANDS: dict[str, Command] = {
     "evaluate-vectors": Command(
         "EvaluateVectorsConfig",
         "PrivEmb (M2) against M1: distance, inner-product and linear-classifier utility (paper §5)",
-        _cmd_evaluate_vectors,
+        functools.partial(_cmd_evaluation, "evaluate-vectors"),
     ),
 }
 

@@ -80,9 +80,6 @@ class Grid:
         """Each setting's facts (``MechanismSpec.facts``), for the manifest."""
         return [spec.facts(self.space) for spec in self.specs]
 
-    def noise_facts(self) -> dict[str, Any]:
-        return noise_facts(self.specs, self.space)
-
 
 def prepare_grid(
     config: Any,

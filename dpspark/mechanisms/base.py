@@ -301,6 +301,8 @@ class WordMechanism(ABC):
     times, and ``distribution`` to None (no closed form).
     """
 
+    a: np.ndarray | None = None  # the noise matrix A of a mechanism that adds noise to vectors (None: A = I)
+
     def __init__(self, space: Space, spec: MechanismSpec) -> None:
         self.space = space
         self.spec = spec
@@ -337,12 +339,12 @@ class WordMechanism(ABC):
     def noisy_points(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Points near the vocabulary words ``rows`` that an approximate index must answer as exact search
         does (the recall probe; driver only, never released): noisy vectors at this ε, with the mechanism's
-        own noise matrix where it has one (``self.a``: the regularized Mahalanobis noise), else the
-        Laplace mechanism's noise."""
+        own noise matrix where it has one (``a``: the regularized Mahalanobis noise), else the Laplace
+        mechanism's noise."""
         from dpspark.mechanisms.noise import sample_noise
 
         rows = np.asarray(rows, dtype=np.int64)
-        return self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, getattr(self, "a", None))
+        return self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, self.a)
 
     def distribution(self, rows: np.ndarray) -> np.ndarray | None:
         """The exact P(u | w) for each row (n × V float64, rows sum to 1), or None without a closed form."""

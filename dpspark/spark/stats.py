@@ -33,7 +33,7 @@ from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
 from dpspark.errors import ConfigError
 from dpspark.neighbours import AnnoyIndex
-from dpspark.prepare import Grid, local_writes, prepare_grid, read_word_list
+from dpspark.prepare import Grid, local_writes, noise_facts, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe, watching
 from dpspark.rng import new_job_key
 from dpspark.spark import resources
@@ -285,7 +285,7 @@ def _run(config: StatsConfig, spark: SparkSession, out: ReportOutput, started: f
         pq.write_table(table, local / "per_word.parquet")
         summary = report.write_summary(table, local)
         plots = report.write_plots(table, local, len(vocab_rows), emb.name)
-        noise = grid.noise_facts()
+        noise = noise_facts(specs, grid.space)
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-stats",
