@@ -8,7 +8,7 @@ every released word u guesses the original
 
 (top-5: the five best w). P(u | w) is estimated from K runs of the mechanism on every
 corpus word, counted exactly as the privacy statistics count them (``dpspark.stats``:
-work items, ``item_counts``). The runs are cut in two halves of independent draws: the
+work items, ``engine.nw_sw.create``). The runs are cut in two halves of independent draws: the
 guess is **fitted** on the first (``FIT_HALF``) and **scored** on the second
 (``SCORE_HALF``). Scoring on the fitted half would be optimistic for the attacker, and
 so understate the privacy: every output it scores would be one it has already seen.

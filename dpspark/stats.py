@@ -7,9 +7,9 @@ deniability. Calibration picks, for each λ, the largest ε whose worst case (or
 percentile) still meets the user's bounds, and the λ that admits the largest ε.
 
 Work is cut into *items* (a setting: mechanism, ε and its own parameters; a chunk of words; a
-block of runs). Item i draws its
-noise from ``batch_generator(job key, i, 0)``, so the distributed computation and the
-plain numpy one (``compute_counts``) give identical numbers for the same key.
+block of runs). Item i draws its noise from ``batch_generator(job key, i, 0)``; the counts are the
+combiner ``dpspark.engine.nw_sw``, so the distributed computation and the local fold
+(``nw_sw.counts``) give identical numbers for the same key.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import numpy as np
 
 from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.mechanisms import MechanismSpec, WordMechanism
-from dpspark.rng import batch_generator
 
 PERCENTILES = (5, 50, 95)
 
@@ -68,46 +67,6 @@ def plan(
             for r0 in range(0, runs, block):
                 items.append(WorkItem(len(items), s, chunk, min(block, runs - r0), r0 // block))
     return items
-
-
-def item_counts(
-    item: WorkItem, job_key: bytes, mechanisms: Sequence[WordMechanism]
-) -> list[tuple[tuple[int, int, int], int]]:
-    """Draw one item and return ((setting, word row, output row), count) pairs.
-
-    All K·n draws of the item are one call of the mechanism's ``sample_copies`` (the noise
-    family: each word's K noisy copies are one batch of queries for the blocked exact search;
-    the exponential family: one distance row per word).
-    """
-    mech = mechanisms[item.setting]
-    rows = np.asarray(item.rows, dtype=np.int64)
-    rng = batch_generator(job_key, item.item, 0)
-    out = mech.vocab_rows[mech.sample_copies(rows, item.runs, rng).ravel()]
-    src = np.repeat(rows, item.runs)
-    pairs, counts = np.unique(np.stack([src, out]), axis=1, return_counts=True)
-    return [((item.setting, int(w), int(o)), int(c)) for (w, o), c in zip(pairs.T, counts)]
-
-
-def per_word(counts: dict[tuple[int, int, int], int]) -> dict[tuple[int, int], tuple[int, int, int]]:
-    """From ((setting, w, ŵ) → count) to ((setting, w) → (Nw, Sw, runs))."""
-    result: dict[tuple[int, int], list[int]] = {}
-    for (s, w, o), c in counts.items():
-        acc = result.setdefault((s, w), [0, 0, 0])
-        acc[0] += c if o == w else 0
-        acc[1] += 1
-        acc[2] += c
-    return {k: (v[0], v[1], v[2]) for k, v in result.items()}
-
-
-def compute_counts(
-    items: list[WorkItem], job_key: bytes, mechanisms: Sequence[WordMechanism]
-) -> dict[tuple[int, int, int], int]:
-    """The plain numpy computation (reference for the Spark job, and small runs)."""
-    total: dict[tuple[int, int, int], int] = {}
-    for it in items:
-        for key, c in item_counts(it, job_key, mechanisms):
-            total[key] = total.get(key, 0) + c
-    return total
 
 
 def exact_nw_sw(mechanism: WordMechanism, rows: np.ndarray, runs: int) -> tuple[np.ndarray, np.ndarray] | None:

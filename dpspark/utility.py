@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dpspark.engine import classification
+
 BINARY_METRICS = ("accuracy", "precision", "recall", "f1", "auc")
 MULTICLASS_METRICS = ("accuracy", "macro_f1")
 MODES = ("train-time", "test-time")
@@ -69,60 +71,16 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
 def auc(y: np.ndarray, score: np.ndarray) -> float:
     """ROC AUC of binary labels ``y`` (1 positive) against ``score``: the Mann–Whitney
     statistic with tied scores counted one half (NaN when a class is absent)."""
-    y = np.asarray(y).astype(bool)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
-        return math.nan
-    order = np.argsort(score, kind="mergesort")
-    s = np.asarray(score, dtype=np.float64)[order]
-    ranks = np.empty(len(s))
-    # average ranks over ties
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[i]:
-            j += 1
-        ranks[i : j + 1] = (i + j) / 2 + 1
-        i = j + 1
-    r = np.empty(len(s))
-    r[order] = ranks
-    return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def _prf(tp: float, fp: float, fn: float) -> tuple[float, float, float]:
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return precision, recall, f1
+    return classification.auc(classification.create(y, y, score))
 
 
 def classification_metrics(
     y: np.ndarray, prediction: np.ndarray, score: np.ndarray | None, n_classes: int
 ) -> dict[str, float]:
-    """Metrics of class indices ``prediction`` against ``y`` (0..n_classes−1).
-
-    Binary: accuracy, precision, recall, F1 of class 1 and AUC of ``score`` (the
-    probability of class 1). More classes: accuracy and macro-F1 (the mean F1 over
-    classes). Precision of a class never predicted is 0 (as scikit-learn's default).
-    """
-    y = np.asarray(y, dtype=np.int64)
-    p = np.asarray(prediction, dtype=np.int64)
-    if len(y) == 0:
-        raise ValueError("no rows to score")
-    out = {"accuracy": float((y == p).mean())}
-    if n_classes == 2:
-        tp = float(((p == 1) & (y == 1)).sum())
-        fp = float(((p == 1) & (y == 0)).sum())
-        fn = float(((p == 0) & (y == 1)).sum())
-        out["precision"], out["recall"], out["f1"] = _prf(tp, fp, fn)
-        out["auc"] = auc(y, score) if score is not None else math.nan
-    else:
-        f1s = []
-        for k in range(n_classes):
-            tp = float(((p == k) & (y == k)).sum())
-            f1s.append(_prf(tp, float(((p == k) & (y != k)).sum()), float(((p != k) & (y == k)).sum()))[2])
-        out["macro_f1"] = float(np.mean(f1s))
-    return out
+    """Metrics of class indices ``prediction`` against ``y`` (0..n_classes−1), in one pass of the
+    combiner ``dpspark.engine.classification`` (binary: accuracy, precision, recall, F1 of class 1
+    and AUC of ``score``, the probability of class 1; more classes: accuracy and macro-F1)."""
+    return classification.finish(classification.create(y, prediction, score), n_classes)
 
 
 def setting_of(row: dict) -> str | None:

@@ -13,6 +13,10 @@ An engine is plain Python and numpy, tested without a JVM. Its work comes in ind
 ``fold`` is the local backend, the reference every other backend must equal. The Spark
 backend (``dpspark.spark``) ships what the items need, runs ``create`` on the executors,
 merges by key and finishes on the driver.
+
+The engines: ``nw_sw`` (privacy-stats' Nw and Sw), ``exact_attack`` (privacy-risk's and compare's
+attacker with exact likelihoods), ``classification`` (the utility commands' scores), and the field's
+metrics as partial sums (``dpspark.evaluation.field_metrics``: ``*_partial``, ``combine``, ``finish``).
 """
 
 from __future__ import annotations

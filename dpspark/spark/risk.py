@@ -5,7 +5,7 @@ On Spark, with DataFrames only (so it runs on Spark Connect too):
 1. the corpus's token counts (tokenised as perturb tokenises) give the attacker's prior
    over the corpus words that have a vector;
 2. every corpus word is perturbed K times with the privacy statistics' own work items
-   (``dpspark.stats.plan`` / ``item_counts``: the perturb mechanism, the same bundle),
+   (``dpspark.stats.plan`` / ``engine.nw_sw.create``: the perturb mechanism, the same bundle),
    cut into two blocks of K/2 independent runs: the fitting half and the scoring half;
 3. the attacks (``attack``): for every (setting, u) the five w with the largest
    prior(w)·count(w → u) in the fitting half (a window over the counts), and the model

@@ -1,10 +1,11 @@
-"""The privacy-stats job on Spark: work items over tasks, counts combined with reduceByKey.
+"""The privacy-stats job on Spark: the Nw/Sw combiner (``dpspark.engine.nw_sw``) folded over tasks.
 
-Each item (ε, λ, a chunk of words, a block of runs) is drawn on an executor with the
-same code as perturb (WordMechanism + the blocked exact search) and emits
-((ε, λ, w, ŵ), count); ``reduceByKey`` adds the counts over run blocks, and a second
-``reduceByKey`` turns them into per-word (Nw, Sw, K). The driver only sees the small
-per-word result, from which it writes the tables, plots and manifest.
+Each item (a setting, a chunk of words, a block of runs) is drawn on an executor with the
+same code as perturb (``nw_sw.create``: WordMechanism + the blocked exact search) and emits
+((setting, w, ŵ), count); ``reduceByKey`` adds the counts over run blocks (``nw_sw.merge``, per
+key), and a second ``reduceByKey`` turns them into per-word (Nw, Sw, K) (``nw_sw.word_partial``,
+``nw_sw.merge_word``). The driver only sees the small per-word result, from which it writes the
+tables, plots and manifest.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dpspark.arrow import numbers
 from dpspark.config import StatsConfig
 from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
+from dpspark.engine import nw_sw
 from dpspark.errors import ConfigError
 from dpspark.neighbours import AnnoyIndex
 from dpspark.prepare import Grid, local_writes, noise_facts, prepare_grid, read_word_list
@@ -39,7 +41,7 @@ from dpspark.rng import new_job_key
 from dpspark.spark import resources
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
-from dpspark.stats import WorkItem, exact_nw_sw, item_counts, plan, rows_of_words, sample_words
+from dpspark.stats import WorkItem, exact_nw_sw, plan, rows_of_words, sample_words
 
 log = logging.getLogger("dpspark")
 
@@ -47,7 +49,7 @@ log = logging.getLogger("dpspark")
 def _run_items(items: Iterator[WorkItem], bundle: str, job_key: bytes, finished: Accumulator) -> Iterator:
     mechs = resources.resources(bundle).mechanisms()
     for it in items:
-        yield from item_counts(it, job_key, mechs)
+        yield from nw_sw.create(it, job_key, mechs).items()
         finished.add({it.setting: 1})  # counts only: the driver's progress line
 
 
@@ -61,15 +63,6 @@ class _CountsByKey(AccumulatorParam):
         for k, v in b.items():
             a[k] = a.get(k, 0) + v
         return a
-
-
-def _nw_sw(kv: tuple) -> tuple:
-    (s, w, o), c = kv
-    return (s, w), (c if o == w else 0, 1, c)
-
-
-def _add3(a: tuple, b: tuple) -> tuple:
-    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
 
 
 def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
@@ -100,7 +93,7 @@ def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, b
         .reduceByKey(operator.add)
     )
     with watching(progress, poll):
-        return counts.map(_nw_sw).reduceByKey(_add3).collectAsMap()
+        return counts.map(lambda kv: nw_sw.word_partial(*kv)).reduceByKey(nw_sw.merge_word).collectAsMap()
 
 
 _ITEMS = "item long, block long, setting long, rows array<long>, runs long"
@@ -112,7 +105,7 @@ def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes
     for batch in batches:
         for row in batch.to_pylist():
             it = WorkItem(row["item"], row["setting"], tuple(row["rows"]), row["runs"], row["block"])
-            pairs = item_counts(it, job_key, mechs)
+            pairs = list(nw_sw.create(it, job_key, mechs).items())
             keys = [k for k, _ in pairs]
             yield pa.RecordBatch.from_arrays(
                 [

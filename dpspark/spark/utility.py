@@ -56,6 +56,7 @@ from dpspark import report, utility
 from dpspark.arrow import numbers
 from dpspark.config import EvaluateUtilityConfig, PerturbConfig
 from dpspark.embeddings import Embeddings, embeddings_of
+from dpspark.engine import classification
 from dpspark.errors import InputDataError
 from dpspark.mechanisms import MechanismSpec
 from dpspark.prepare import Prepared, local_writes, noise_facts, prepare, prepare_grid
@@ -245,22 +246,20 @@ class Model:
             return Pipeline(stages=stages).fit(train)
         return Pipeline(stages=[self._classifier()]).fit(mean_vector_features(train, bundle))
 
-    def predict(self, fitted: Any, test: DataFrame, bundle: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """(labels, predicted classes, probability of class 1 or None) of ``test``, collected to the driver."""
+    def counts(self, fitted: Any, test: DataFrame, bundle: str) -> classification.Counts:
+        """The classification combiner's table of ``test`` (``dpspark.engine.classification``), folded by
+        the executors: (label, prediction, score) → rows, grouped and counted; only the counts reach the
+        driver."""
         from pyspark.ml.functions import vector_to_array
 
         data = test if self.name == "tfidf-logreg" else mean_vector_features(test, bundle)
-        cols = [F.col(LABEL), F.col("prediction")]
-        if self.n_classes == 2:
-            cols.append(vector_to_array("probability")[1].alias("score"))
-        rows = fitted.transform(data).select(*cols).collect()
-        y = np.array([r[0] for r in rows], dtype=np.int64)
-        p = np.array([r[1] for r in rows], dtype=np.int64)
-        s = np.array([r[2] for r in rows], dtype=np.float64) if self.n_classes == 2 else None
-        return y, p, s
+        score = vector_to_array("probability")[1] if self.n_classes == 2 else F.lit(None).cast("double")
+        cols = [F.col(LABEL).alias("y"), F.col("prediction").alias("p"), score.alias("s")]
+        rows = fitted.transform(data).select(*cols).groupBy("y", "p", "s").count().collect()
+        return classification.from_rows(rows)
 
     def score(self, fitted: Any, test: DataFrame, bundle: str) -> dict[str, float]:
-        return utility.classification_metrics(*self.predict(fitted, test, bundle), self.n_classes)
+        return classification.finish(self.counts(fitted, test, bundle), self.n_classes)
 
 
 # --- the grid --------------------------------------------------------------------------------------

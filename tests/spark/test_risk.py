@@ -13,12 +13,13 @@ import pytest
 
 from dpspark import risk
 from dpspark.config import RiskConfig
+from dpspark.engine import nw_sw
 from dpspark.evaluation.datasets import sms_spam
 from dpspark.prepare import prepare_grid
 from dpspark.rng import SeededRunWarning
 from dpspark.spark import resources
 from dpspark.spark.risk import attack, exact_attack, model_attacker, pair_counts, run_privacy_risk
-from dpspark.stats import compute_counts, plan
+from dpspark.stats import plan
 
 pytestmark = pytest.mark.spark
 
@@ -46,8 +47,8 @@ def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tm
     on_spark = attack(counts, prior_df, model=model_df)
     counts.unpersist()
     ship.close()
-    fit = compute_counts([it for it in items if it.block == risk.FIT_HALF], b"k" * 16, mechs)
-    score = compute_counts([it for it in items if it.block == risk.SCORE_HALF], b"k" * 16, mechs)
+    fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], b"k" * 16, mechs)
+    score = nw_sw.counts([it for it in items if it.block == risk.SCORE_HALF], b"k" * 16, mechs)
     model = {}
     for s in sorted(noisy):
         beta = risk.fit_beta(mechs[s].space, {(w, u): c for (t, w, u), c in fit.items() if t == s})

@@ -12,11 +12,12 @@ import pytest
 from dpspark import mechanisms, report
 from dpspark.cli import main
 from dpspark.config import StatsConfig
+from dpspark.engine import nw_sw
 from dpspark.prepare import prepare_grid
 from dpspark.rng import SeededRunWarning, new_job_key
 from dpspark.spark import resources
 from dpspark.spark.stats import dataframe_per_word, spark_per_word
-from dpspark.stats import compute_counts, per_word, plan, sample_words
+from dpspark.stats import plan, sample_words
 
 pytestmark = pytest.mark.spark
 
@@ -40,7 +41,7 @@ def test_spark_equals_plain_numpy_for_every_mechanism(spark, glove, tmp_path):
     items = plan(grid.specs, sample_words(grid.vocab_rows, 25), runs=12, words_per_item=7, runs_per_item=5)
     with pytest.warns(SeededRunWarning):
         key = new_job_key(5)
-    expected = per_word(compute_counts(items, key, grid.mechanisms()))
+    expected = nw_sw.finish(nw_sw.counts(items, key, grid.mechanisms()))
     shipment = resources.ship(spark, grid.write_bundle)
     got = spark_per_word(spark, items, key, shipment.name)
     twin = dataframe_per_word(spark, items, key, shipment.name)  # the Spark Connect path, here on classic

@@ -278,3 +278,30 @@ def test_mllib_fits_and_predicts_after_a_release_in_the_same_session(spark, data
     predicted = model.transform(train).select("prediction").collect()
     assert len(predicted) == 40 and {r[0] for r in predicted} <= {0.0, 1.0}
     assert spark.read.parquet(str(out)).count() == pq.read_table(data).num_rows
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_the_executors_fold_of_the_metrics_equals_the_numpy_combiner(spark, data, classes):
+    """``Model.score`` groups (label, prediction, score) on the executors and only the counts reach the
+    driver; the figures equal ``engine.classification`` over the collected predictions, bit for bit."""
+    from pyspark.sql import functions as F
+
+    from dpspark.engine import classification
+    from dpspark.spark.utility import LABEL, TEXT, Model
+
+    spam = (F.col("label") == "spam").cast("double")
+    df = spark.read.parquet(data).select(F.col("text").alias(TEXT), spam.alias(LABEL))
+    if classes == 3:  # a third class: ham of odd length
+        df = df.withColumn(LABEL, F.when((F.col(LABEL) == 0) & (F.length(TEXT) % 2 == 1), 2.0).otherwise(F.col(LABEL)))
+    model = Model("tfidf-logreg", classes)
+    fitted = model.fit(df, "")
+    counts = model.counts(fitted, df.repartition(5), "")
+    cols = [LABEL, "prediction"] + (["probability"] if classes == 2 else [])
+    rows = fitted.transform(df).select(*cols).collect()
+    y = np.array([r[0] for r in rows], np.int64)
+    p = np.array([r[1] for r in rows], np.int64)
+    s = np.array([float(r[2][1]) for r in rows]) if classes == 2 else None
+    assert counts == classification.create(y, p, s)
+    want = classification.finish(classification.create(y, p, s), classes)
+    assert model.score(fitted, df, "") == want
+    assert 0.5 < want["accuracy"] <= 1.0 and len(set(p.tolist())) > 1

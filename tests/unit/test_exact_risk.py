@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from dpspark import risk
+from dpspark.engine import nw_sw
 from dpspark.mechanisms import parse
-from dpspark.stats import compute_counts, plan
+from dpspark.stats import plan
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime
@@ -53,8 +54,8 @@ def test_the_fitted_attacker_converges_to_the_exact_one(world):
     mech = parse({"name": "tem", "epsilon": 3.0}).build(space)
     exact = risk.exact_reidentification(mech, prior, sensitive, runs=2)
     items = plan([mech.spec], np.array(sorted(prior)), runs=4000, words_per_item=15, runs_per_item=2000)
-    fit = compute_counts([it for it in items if it.block == risk.FIT_HALF], b"\x03" * 16, [mech])
-    score = compute_counts([it for it in items if it.block == risk.SCORE_HALF], b"\x04" * 16, [mech])
+    fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], b"\x03" * 16, [mech])
+    score = nw_sw.counts([it for it in items if it.block == risk.SCORE_HALF], b"\x04" * 16, [mech])
     mc = risk.reidentification(fit, score, prior, sensitive)[0]
     for k in ("top1", "unchanged"):
         assert mc[k] == pytest.approx(exact[k], abs=0.03), k

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from dpspark import risk
+from dpspark.engine import nw_sw
 from dpspark.mechanisms import Space, parse
-from dpspark.stats import WorkItem, compute_counts, plan
+from dpspark.stats import WorkItem, plan
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime
@@ -18,8 +19,8 @@ pytestmark = pytest.mark.runtime
 
 def halves(mechs, prior, runs, key=b"\x07" * 16):
     items = plan([m.spec for m in mechs], np.array(sorted(prior)), runs, 15, runs // 2)
-    fit = compute_counts([it for it in items if it.block == risk.FIT_HALF], key, mechs)
-    score = compute_counts([it for it in items if it.block == risk.SCORE_HALF], key, mechs)
+    fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], key, mechs)
+    score = nw_sw.counts([it for it in items if it.block == risk.SCORE_HALF], key, mechs)
     return fit, score
 
 
@@ -101,7 +102,7 @@ def test_intervals_cover_the_exact_shares_of_a_closed_form_mechanism(world):
     words = np.array(sorted(prior))
     covered = narrow = 0
     for rep in range(100):
-        score = compute_counts([WorkItem(rep, 0, tuple(int(w) for w in words), 10, 1)], b"\x09" * 16, [mech])
+        score = nw_sw.counts([WorkItem(rep, 0, tuple(int(w) for w in words), 10, 1)], b"\x09" * 16, [mech])
         table = risk.word_hits(score, {})[0]
         share, lo, hi = risk.interval([prior[int(w)] for w in table["word"]], table["unchanged"], table["n"])
         covered += lo <= exact <= hi
@@ -118,11 +119,11 @@ def test_fit_beta_recovers_santext_epsilon_over_two(world):
     space, prior, _ = world
     mech = parse({"name": "santext", "epsilon": 4.0}).build(space)
     items = plan([mech.spec], np.array(sorted(prior)), 200, 15)
-    fit = {(w, u): c for (_, w, u), c in compute_counts(items, b"\x05" * 16, [mech]).items()}
+    fit = {(w, u): c for (_, w, u), c in nw_sw.counts(items, b"\x05" * 16, [mech]).items()}
     assert risk.fit_beta(space, fit) == pytest.approx(2.0, rel=0.05)
     # and a wrong scale is rejected: SanText at ε = 6 fits β = 3
     mech6 = parse({"name": "santext", "epsilon": 6.0}).build(space)
-    fit6 = {(w, u): c for (_, w, u), c in compute_counts(items, b"\x05" * 16, [mech6]).items()}
+    fit6 = {(w, u): c for (_, w, u), c in nw_sw.counts(items, b"\x05" * 16, [mech6]).items()}
     assert risk.fit_beta(space, fit6) == pytest.approx(3.0, rel=0.05)
     # The order the counts arrive in (the partitions', which Connect and classic Spark need not share) does
     # not move β by a bit: compare and privacy-risk publish it.

@@ -5,9 +5,10 @@ import pytest
 
 from dpspark import mechanisms
 from dpspark.config import StatsConfig
+from dpspark.engine import nw_sw
 from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.neighbours import ExactIndex
-from dpspark.stats import Bounds, calibrate, compute_counts, per_word, plan, rows_of_words, sample_words, summarise
+from dpspark.stats import Bounds, calibrate, plan, rows_of_words, sample_words, summarise
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime
@@ -19,7 +20,7 @@ def specs(epsilons, lambdas):
 
 def test_per_word_counts_nw_and_sw():
     counts = {(0, 7, 7): 5, (0, 7, 3): 2, (0, 7, 9): 3, (0, 3, 9): 10}
-    assert per_word(counts) == {(0, 7): (5, 3, 10), (0, 3): (0, 1, 10)}
+    assert nw_sw.finish(counts) == {(0, 7): (5, 3, 10), (0, 3): (0, 1, 10)}
 
 
 def test_summary_statistics():
@@ -98,7 +99,7 @@ def test_nw_falls_as_noise_grows(glove):
     space = mechanisms.Space(glove.vectors, vocab, ExactIndex(glove.vectors[vocab]))
     settings = specs([2.0, 50.0], [1.0])
     items = plan(settings, np.arange(0, 2000, 100), runs=30)
-    stats = per_word(compute_counts(items, bytes(16), [s.build(space) for s in settings]))
+    stats = nw_sw.finish(nw_sw.counts(items, bytes(16), [s.build(space) for s in settings]))
     small = np.mean([v[0] for k, v in stats.items() if settings[k[0]].epsilon == 2.0])
     large = np.mean([v[0] for k, v in stats.items() if settings[k[0]].epsilon == 50.0])
     assert small < 3 < 25 < large

@@ -10,10 +10,11 @@ from scipy import stats as sps
 
 from dpspark import risk, utility
 from dpspark.embeddings import load_default, select_vocabulary
+from dpspark.engine import nw_sw
 from dpspark.errors import ConfigError
 from dpspark.mechanisms import Space, parse
 from dpspark.neighbours import ExactIndex
-from dpspark.stats import compute_counts, joint_calibrate, plan
+from dpspark.stats import joint_calibrate, plan
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime
@@ -176,8 +177,8 @@ def _mechs(emb, vocab, index):
 
 
 def _halves(items, key, mechs):
-    fit = compute_counts([it for it in items if it.block == risk.FIT_HALF], key, mechs)
-    score = compute_counts([it for it in items if it.block == risk.SCORE_HALF], key, mechs)
+    fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], key, mechs)
+    score = nw_sw.counts([it for it in items if it.block == risk.SCORE_HALF], key, mechs)
     return fit, score
 
 
@@ -192,7 +193,7 @@ def test_held_out_half_is_not_optimistic_and_a_leak_is(small_world):
     held_out = risk.reidentification(fit, score, prior)[0]["top1"]
     leaked = risk.reidentification(fit, fit, prior)[0]["top1"]
     fresh_items = plan([m.spec for m in mechs], words, 400, 50, 400)
-    fresh = compute_counts(fresh_items, b"\x02" * 16, mechs)
+    fresh = nw_sw.counts(fresh_items, b"\x02" * 16, mechs)
     reference = risk.reidentification(fit, fresh, prior)[0]["top1"]
     assert abs(held_out - reference) < 0.1
     assert leaked > reference + 0.15
