@@ -54,8 +54,9 @@ def spans(n_words: int, block: int, parts: int) -> list[tuple[int, int]]:
 
 
 def has_closed_form(mechanism: Any, corpus: Corpus) -> bool:
-    """Whether the mechanism gives exact likelihoods (``WordMechanism.distribution``)."""
-    return len(corpus.words) > 0 and mechanism.distribution(corpus.words[:1]) is not None
+    """Whether the attacker with exact likelihoods applies: a corpus word, and a mechanism with a closed form
+    (``WordMechanism.closed_form``)."""
+    return len(corpus.words) > 0 and mechanism.closed_form
 
 
 # --- pass 1: the guesses ----------------------------------------------------------------------------

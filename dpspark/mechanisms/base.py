@@ -350,6 +350,12 @@ class WordMechanism(ABC):
         """The exact P(u | w) for each row (n × V float64, rows sum to 1), or None without a closed form."""
         return None
 
+    @property
+    def closed_form(self) -> bool:
+        """Whether ``distribution`` gives exact likelihoods (the mechanism overrides it): the exact
+        attacker and the exact E[Nw], E[Sw] apply; otherwise they are fitted or sampled."""
+        return type(self).distribution is not WordMechanism.distribution
+
     def log_distribution(self, rows: np.ndarray) -> np.ndarray | None:
         """ln P(u | w) (n × V float64; −inf where impossible), or None without a closed form. A mechanism
         whose probabilities underflow float64 while positive (1-Diffractor's far list positions)

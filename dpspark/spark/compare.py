@@ -213,8 +213,7 @@ class Comparison:
         the order of ``preps``."""
         phase = "grid" if stage == "grid" else "refinement"
         for prep in preps:
-            exact = prep.mechanism.distribution(prep.vocab_rows[:1]) is not None
-            self.kinds[id(prep.spec)] = "exact likelihoods" if exact else "fitted likelihoods"
+            self.kinds[id(prep.spec)] = "exact likelihoods" if prep.mechanism.closed_form else "fitted likelihoods"
         order = round_robin(preps, lambda prep: prep.spec.series_label(), lambda prep: self.kinds[id(prep.spec)])
         self.pending = [prep.spec for prep in order]
         size = max(2, 2 * backend.cores(self.spark))
