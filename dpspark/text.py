@@ -237,11 +237,13 @@ class TextPerturber:
         return self.mechanism.spec is not None and self.mechanism.spec.text_level
 
     def perturb(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, dict[str, pa.Array], np.ndarray]:
-        """The perturbed column at the mechanism's level, its extra columns by suffix (the spec's
-        ``extra_columns``: SynTF's ``tf``) and the per-row counts (``COUNT_NAMES``)."""
+        """The perturbed column at the mechanism's level, its extra columns by the suffixes the spec names
+        (``extra_columns``: a text-level mechanism's counts of the drawn words, SynTF's ``tf``) and the
+        per-row counts (``COUNT_NAMES``)."""
         if self.text_level:
-            out, tf, per_row = self.perturb_documents(array, rng)
-            return out, {"tf": tf}, per_row
+            out, counts, per_row = self.perturb_documents(array, rng)
+            (suffix,) = self.mechanism.spec.extra_columns  # the one extra column: the drawn words' counts
+            return out, {suffix: counts}, per_row
         out, per_row = self.perturb_array(array, rng)
         return out, {}, per_row
 
