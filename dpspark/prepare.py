@@ -173,16 +173,6 @@ def write_inside_input(what: str, path: Any, given_input: str) -> ConfigError:
     )
 
 
-def noise_facts(specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
-    """The λ grid of the settings that have a λ axis and each λ's Euclidean-equivalent ε factor (Xu et al.
-    Lemmas 2–3), as the grid commands' manifests state them (``lambdas``, ``euclidean_epsilon_factor``)."""
-    lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
-    return {
-        "lambdas": lams,
-        "euclidean_epsilon_factor": {str(lam): space.geometry(lam).euclidean_epsilon(1.0) for lam in lams},
-    }
-
-
 @dataclass
 class Prepared:
     """A release's preparation: its one setting's Grid, the run's settings and the measured recall."""
@@ -218,15 +208,11 @@ class Prepared:
     def manifest_fields(self) -> dict:
         """Mechanism, embedding, vocabulary and index facts for the run manifest (no text, no key)."""
         c, facts = self.config, self.spec.facts(self.space)
-        noise = {}
-        if "lambda" in self.spec.axes():  # the noise family: Lemma 2's Euclidean bound
-            g = self.space.geometry(self.spec.axes()["lambda"])
-            noise = {"euclidean_epsilon_bound": g.euclidean_epsilon(c.epsilon), "xi_min": g.xi_min}
         return {
             "mechanism": c.mechanism,
             "epsilon": c.epsilon,
             **self.spec.axes(),
-            **noise,
+            **self.spec.run_facts(self.space),
             "mechanism_parameters": facts["parameters"],
             "guarantee_type": facts["guarantee_type"],
             "guarantee_type_meaning": facts["guarantee_type_meaning"],

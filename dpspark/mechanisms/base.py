@@ -455,6 +455,11 @@ class MechanismSpec(BaseModel):
         ``dpspark.mechanisms.parse`` rebuilds the same spec from."""
         return {"name": self.name, "epsilon": self.epsilon, **self.dict(by_alias=True, exclude_unset=True)}
 
+    def run_facts(self, space: Space) -> dict[str, Any]:
+        """Figures a release manifest states beside ε that only this family has (the noise family: the
+        Euclidean bound of Xu et al.'s Lemma 2 and ξ_min); none by default."""
+        return {}
+
     def facts(self, space: Space) -> dict[str, Any]:
         """What a manifest, a report and a notebook say about this setting."""
         return {

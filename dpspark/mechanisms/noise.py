@@ -134,6 +134,18 @@ def prepare_rm(space: Space, lam: float) -> list[str]:
     return [] if rm_matrix(space, lam) is None else [_rm_name(float(lam))]
 
 
+def grid_facts(specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
+    """What the grid commands' manifests state of the noise family: its λ grid (the settings with a λ axis,
+    Vickrey's included), each λ's Euclidean-equivalent ε factor (Xu et al. Lemmas 2–3) and ξ_min, the
+    smallest eigenvalue of the scaled covariance (null without a λ)."""
+    lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
+    return {
+        "lambdas": lams,
+        "euclidean_epsilon_factor": {str(lam): space.geometry(lam).euclidean_epsilon(1.0) for lam in lams},
+        "xi_min": space.geometry(lams[0]).xi_min if lams else None,
+    }
+
+
 def _rm_name(lam: float) -> str:
     return f"noise/rm-matrix/lambda={lam!r}"
 
@@ -151,6 +163,10 @@ class _NoiseSpec(MechanismSpec):
 
     def build(self, space: Space) -> WordMechanism:
         return NoiseMechanism(space, self, rm_matrix(space, self.lam))
+
+    def run_facts(self, space: Space) -> dict[str, Any]:
+        g = space.geometry(self.lam)
+        return {"euclidean_epsilon_bound": g.euclidean_epsilon(self.epsilon), "xi_min": g.xi_min}
 
     def unit(self, space: Space) -> str:
         """Euclidean for λ = 0 (Laplace); else the regularized Mahalanobis norm, whose ε per unit of

@@ -218,6 +218,9 @@ class Vickrey(MechanismSpec):
     def build(self, space: Space) -> WordMechanism:
         return VickreySampler(space, self, rm_matrix(space, self.lam))
 
+    def run_facts(self, space: Space) -> dict[str, Any]:
+        return _NoiseSpec.run_facts(self, space)  # type: ignore[arg-type]
+
     def unit(self, space: Space) -> str:
         return _NoiseSpec.unit(self, space)  # type: ignore[arg-type]
 

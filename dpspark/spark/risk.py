@@ -50,7 +50,8 @@ from dpspark.config import RiskConfig
 from dpspark.embeddings import embeddings_of
 from dpspark.engine import exact_attack as ea
 from dpspark.errors import ConfigError, InputDataError
-from dpspark.prepare import local_writes, noise_facts, prepare_grid, read_word_list
+from dpspark.mechanisms import noise as noise_family
+from dpspark.prepare import local_writes, prepare_grid, read_word_list
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator, derive_key, new_job_key
 from dpspark.spark import backend, io, resources, stats
@@ -561,7 +562,6 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         )
         plot = risk.write_plot(table_rows, out.local, len(corpus.prior), len(vocab_rows), emb.name)
         first_draws = len(specs) * len(corpus.prior) * config.runs
-        noise = noise_facts(specs, grid.space)
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-risk",
@@ -575,7 +575,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
             "epsilons": config.epsilons,
-            "lambdas": noise["lambdas"],
+            **noise_family.grid_facts(specs, grid.space),  # lambdas, euclidean_epsilon_factor, xi_min
             "runs": config.runs,
             "fit_runs": half,
             "score_runs": half,
@@ -586,7 +586,6 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "max_fit_runs": fit_cap(config),
             "doc_runs": config.doc_runs if config.sensitive_words else None,
             "corpus": {**corpus.facts(), "rows_with_sensitive_word": table_rows[0].get("doc_rows")},
-            "euclidean_epsilon_factor": noise["euclidean_epsilon_factor"],
             **mechanism_fields(config, emb, vocab_rows, grid.annoy),
             "draws": first_draws,
             "fit_draws_added": draws - first_draws,

@@ -34,8 +34,9 @@ from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
 from dpspark.engine import nw_sw
 from dpspark.errors import ConfigError
+from dpspark.mechanisms import noise as noise_family
 from dpspark.neighbours import AnnoyIndex
-from dpspark.prepare import Grid, local_writes, noise_facts, prepare_grid, read_word_list
+from dpspark.prepare import Grid, local_writes, prepare_grid, read_word_list
 from dpspark.progress import Progress, describe, watching
 from dpspark.rng import new_job_key
 from dpspark.spark import resources
@@ -278,22 +279,19 @@ def _run(config: StatsConfig, spark: SparkSession, out: ReportOutput, started: f
         pq.write_table(table, local / "per_word.parquet")
         summary = report.write_summary(table, local)
         plots = report.write_plots(table, local, len(vocab_rows), emb.name)
-        noise = noise_facts(specs, grid.space)
         manifest = {
             "dpspark_version": dpspark.__version__,
             "command": "privacy-stats",
             "run_id": run_id,
             "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
             "epsilons": config.epsilons,
-            "lambdas": noise["lambdas"],
+            **noise_family.grid_facts(specs, grid.space),  # lambdas, euclidean_epsilon_factor, xi_min
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
             "exact_statistics": sorted({spec.name for spec in specs if exact[specs.index(spec)] is not None}),
             "runs": config.runs,
             "words": int(len(word_rows)),
             "word_rule": rule,
-            "euclidean_epsilon_factor": noise["euclidean_epsilon_factor"],
-            "xi_min": grid.space.geometry(noise["lambdas"][0]).xi_min if noise["lambdas"] else None,
             **mechanism_fields(config, emb, vocab_rows, grid.annoy),
             "draws": draws,
             "tasks": len(items),

@@ -59,7 +59,8 @@ from dpspark.embeddings import Embeddings, embeddings_of
 from dpspark.engine import classification
 from dpspark.errors import InputDataError
 from dpspark.mechanisms import MechanismSpec
-from dpspark.prepare import Prepared, local_writes, noise_facts, prepare, prepare_grid
+from dpspark.mechanisms import noise as noise_family
+from dpspark.prepare import Prepared, local_writes, prepare, prepare_grid
 from dpspark.progress import Progress, describe
 from dpspark.rng import derive_key, new_job_key
 from dpspark.spark import io, lineage, resources
@@ -428,7 +429,6 @@ def _evaluate(
     plots = _write_summary(
         config, summary, metrics, names, len(first.vocab_rows), emb.name, values, class_counts, rows, out
     )
-    noise = noise_facts(specs, first.space)
     grid_s = sum(point_s)
     return {
         "dpspark_version": dpspark.__version__,
@@ -450,9 +450,8 @@ def _evaluate(
         "mechanisms": names,
         "settings": [prep.spec.facts(prep.space) for prep in preps],
         "epsilons": config.epsilons,
-        "lambdas": noise["lambdas"],
+        **noise_family.grid_facts(specs, first.space),  # lambdas, euclidean_epsilon_factor, xi_min
         "repeats": config.repeats,
-        "euclidean_epsilon_factor": noise["euclidean_epsilon_factor"],
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
         "dimension": emb.dim,
         "vocabulary": {"size": int(len(first.vocab_rows)), "source": config.vocab_file or f"first {config.vocab_size}"},
