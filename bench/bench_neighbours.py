@@ -25,8 +25,8 @@ import numpy as np  # noqa: E402
 # isort: on
 
 from dpspark.embeddings import load_default  # noqa: E402
-from dpspark.geometry import geometry  # noqa: E402
 from dpspark.mechanisms import sample_noise  # noqa: E402
+from dpspark.mechanisms.geometry import geometry  # noqa: E402
 from dpspark.neighbours import AnnoyIndex, ExactIndex  # noqa: E402
 
 

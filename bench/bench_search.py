@@ -40,8 +40,8 @@ import numpy as np  # noqa: E402
 from cpu import cpu_line  # noqa: E402
 
 from dpspark.embeddings import load_default  # noqa: E402
-from dpspark.geometry import geometry  # noqa: E402
 from dpspark.mechanisms import sample_noise  # noqa: E402
+from dpspark.mechanisms.geometry import geometry  # noqa: E402
 from dpspark.neighbours import CertifiedIndex, ExactIndex, _down32  # noqa: E402
 
 EPSILONS = (1.0, 5.0, 10.0, 20.0, 40.0)

@@ -34,7 +34,7 @@ import numpy as np
 
 from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.geometry import geometry
+from dpspark.mechanisms.geometry import geometry
 from dpspark.outputs import check_output_dir, to_json, writing_into
 from dpspark.params import check_lambda
 

@@ -134,7 +134,7 @@ class Space:
         self.vectors = vectors
         self.vocab_rows = np.asarray(vocab_rows, dtype=np.int64)
         self._index = index
-        self._geometries: dict[float, Any] = {}
+        self._memo: dict[str, Any] = {}
         self._artefacts = dict(artefacts or {})
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.words = words
@@ -284,14 +284,13 @@ class Space:
         """The named arrays (already computed by ``artefact``), to ship in a bundle."""
         return {n: self._artefacts[n] for n in names}
 
-    def geometry(self, lam: float) -> Any:
-        """Σ of W (scaled to trace d) and its regularisation at λ (``dpspark.geometry``; driver only)."""
-        lam = float(lam)
-        if lam not in self._geometries:
-            from dpspark.geometry import geometry
-
-            self._geometries[lam] = geometry(self.vocab64, lam)
-        return self._geometries[lam]
+    def memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A driver-only object a mechanism derives from W (a covariance and its factors), by a name its
+        parameters determine: computed on first use and kept for this Space; never shipped (a mechanism
+        ships what executors need as an ``artefact``)."""
+        if name not in self._memo:
+            self._memo[name] = compute()
+        return self._memo[name]
 
 
 class WordMechanism(ABC):

@@ -22,6 +22,7 @@ import numpy as np
 from dpspark import params
 from dpspark._pydantic import Field, validator
 from dpspark.mechanisms.base import UNITS, MechanismSpec, Space, WordMechanism
+from dpspark.mechanisms.geometry import Geometry, geometry
 from dpspark.params import check_epsilon
 
 CHUNK = 8192
@@ -117,20 +118,27 @@ class NoiseMechanism(WordMechanism):
         return out
 
 
+def geometry_of(space: Space, lam: float) -> Geometry:
+    """Σ of W (scaled to trace d) and its regularisation at λ (``dpspark.mechanisms.geometry``), kept on
+    the Space for the run (driver only)."""
+    lam = float(lam)
+    return space.memo(f"noise/geometry/lambda={lam!r}", lambda: geometry(space.vocab64, lam))
+
+
 def rm_matrix(space: Space, lam: float) -> np.ndarray | None:
-    """A = (λΣ + (1−λ)I)^½, the matrix of the regularized Mahalanobis noise at λ (Σ: ``Space.geometry``):
+    """A = (λΣ + (1−λ)I)^½, the matrix of the regularized Mahalanobis noise at λ (Σ: ``geometry_of``):
     a Space artefact, computed on the driver and shipped in the bundle; None for λ = 0 (A = I: no matrix
     product at all)."""
     lam = float(lam)
     if lam == 0.0:
         return None
-    return space.artefact(_rm_name(lam), lambda: space.geometry(lam).a)
+    return space.artefact(_rm_name(lam), lambda: geometry_of(space, lam).a)
 
 
 def prepare_rm(space: Space, lam: float) -> list[str]:
     """The driver's preparation of noise at λ: Σ (a vocabulary too small for a positive-definite one is
     refused here, before any Spark work) and A; returns the artefact names to ship."""
-    space.geometry(lam)
+    geometry_of(space, lam)
     return [] if rm_matrix(space, lam) is None else [_rm_name(float(lam))]
 
 
@@ -141,8 +149,8 @@ def grid_facts(specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
     lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
     return {
         "lambdas": lams,
-        "euclidean_epsilon_factor": {str(lam): space.geometry(lam).euclidean_epsilon(1.0) for lam in lams},
-        "xi_min": space.geometry(lams[0]).xi_min if lams else None,
+        "euclidean_epsilon_factor": {str(lam): geometry_of(space, lam).euclidean_epsilon(1.0) for lam in lams},
+        "xi_min": geometry_of(space, lams[0]).xi_min if lams else None,
     }
 
 
@@ -165,7 +173,7 @@ class _NoiseSpec(MechanismSpec):
         return NoiseMechanism(space, self, rm_matrix(space, self.lam))
 
     def run_facts(self, space: Space) -> dict[str, Any]:
-        g = space.geometry(self.lam)
+        g = geometry_of(space, self.lam)
         return {"euclidean_epsilon_bound": g.euclidean_epsilon(self.epsilon), "xi_min": g.xi_min}
 
     def unit(self, space: Space) -> str:
@@ -173,14 +181,14 @@ class _NoiseSpec(MechanismSpec):
         Euclidean distance is up to ε / sqrt(λ·ξ_min + 1 − λ)."""
         if self.lam == 0:
             return UNITS[self.guarantee_type]
-        factor = space.geometry(self.lam).euclidean_epsilon(1.0)
+        factor = geometry_of(space, self.lam).euclidean_epsilon(1.0)
         return (
             f"ε per unit of the regularized Mahalanobis distance ||·||_RM (λ = {self.lam:g}): per unit of Euclidean "
             f"distance up to {factor:.3g}·ε"
         )
 
     def guarantee(self, space: Space) -> str:
-        g = space.geometry(self.lam)
+        g = geometry_of(space, self.lam)
         return (
             f"For any two texts of equal length n (in tokens) and any output, the probabilities differ by at most a "
             f"factor exp({self.epsilon:g} * sum_i ||phi(w_i) - phi(w'_i)||_RM) with lambda = {self.lam:g}; in "

@@ -13,8 +13,8 @@ import pytest
 from scipy import stats
 
 from dpspark.embeddings import select_vocabulary
-from dpspark.geometry import geometry
 from dpspark.mechanisms import sample_noise
+from dpspark.mechanisms.geometry import geometry
 
 pytestmark = pytest.mark.statistical
 

@@ -11,8 +11,8 @@ import pytest
 from dpspark.arrow import strings
 from dpspark.bundle import load_bundle, perturber_from, save_bundle
 from dpspark.errors import EmbeddingError
-from dpspark.geometry import geometry
 from dpspark.mechanisms import Space, parse
+from dpspark.mechanisms.geometry import geometry
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from dpspark import neighbours
-from dpspark.geometry import geometry
 from dpspark.mechanisms import Space, parse, sample_noise
+from dpspark.mechanisms.geometry import geometry
 from dpspark.neighbours import (
     LOWP_WORD_BLOCK,
     AdaptiveIndex,

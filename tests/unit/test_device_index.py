@@ -22,8 +22,8 @@ torch = pytest.importorskip("torch", reason="DeviceIndex needs PyTorch (pip inst
 
 from dpspark import device as device_module  # noqa: E402
 from dpspark.device import DeviceIndex, task_device  # noqa: E402
-from dpspark.geometry import geometry  # noqa: E402
 from dpspark.mechanisms import sample_noise  # noqa: E402
+from dpspark.mechanisms.geometry import geometry  # noqa: E402
 from dpspark.neighbours import ExactIndex, exact_index  # noqa: E402
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.geometry import geometry, scaled_covariance
+from dpspark.mechanisms.geometry import geometry, scaled_covariance
 from dpspark.params import check_lambda
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpspark.mechanisms import REGISTRY, parse
+from dpspark.mechanisms import REGISTRY, noise, parse
 from dpspark.mechanisms.base import GUARANTEE_TYPES, UNITS, Space
 
 
@@ -22,7 +22,7 @@ def test_every_guarantee_type_has_a_unit():
 @pytest.mark.parametrize("name", ["mahalanobis", "vickrey"])
 def test_the_regularized_mahalanobis_norm_states_its_euclidean_factor(space, name):
     spec = parse({"name": name, "epsilon": 6.0, "lambda": 1.0})
-    factor = space.geometry(1.0).euclidean_epsilon(1.0)
+    factor = noise.geometry_of(space, 1.0).euclidean_epsilon(1.0)
     assert factor > 2  # the norm stretches the directions in which the vocabulary varies least
     unit = spec.unit(space)
     assert "||·||_RM (λ = 1)" in unit and f"up to {factor:.3g}·ε" in unit
