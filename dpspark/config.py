@@ -482,8 +482,8 @@ class GridSettings(Settings):
 
     ``--mechanisms laplace,tem,santext --epsilons 1,2,5 --grid lambda=0,1 t=0.5``: every mechanism
     takes the grid axes that are its parameters (lambda for mahalanobis and vickrey, t for vickrey,
-    beta or gamma for tem) and its defaults for the rest. Without ``--mechanisms`` the grid is
-    today's λ grid of the noise mechanisms (``--lambdas``; λ = 0 is the Laplace mechanism).
+    beta or gamma for tem, position_gamma for 1-diffractor) and its defaults for the rest. Without
+    ``--mechanisms`` the grid is today's λ grid of the noise mechanisms (``--lambdas``; λ = 0 is the Laplace mechanism).
     """
 
     mechanisms: list[str] | None = Field(
@@ -541,7 +541,11 @@ class GridSettings(Settings):
             chosen += [("mahalanobis", {"lambda": lam}) for lam in lams if lam != 0.0]
         else:
             # laplace is λ = 0: a lambda axis belongs to mahalanobis or vickrey, never to laplace
-            own_axes = {p for m in names if m != "laplace" for p in mechanisms.REGISTRY[m].parameter_names()}
+            def axes_of(name: str) -> list[str]:  # its parameters, and an old spelling the grid still uses
+                spec = mechanisms.REGISTRY[name]
+                return [*spec.parameter_names(), *(old for old, new in spec.renamed.items() if new not in grid)]
+
+            own_axes = {p for m in names if m != "laplace" for p in axes_of(m)}
             unused = set(grid) - own_axes
             if unused:
                 raise ValueError(
@@ -550,7 +554,7 @@ class GridSettings(Settings):
                 )
             chosen = []
             for name in names:
-                own = [p for p in mechanisms.REGISTRY[name].parameter_names() if p in grid and name != "laplace"]
+                own = [p for p in axes_of(name) if p in grid and name != "laplace"]
                 for values in itertools.product(*(grid[p] for p in own)):
                     chosen.append((name, dict(zip(own, values))))
         specs = []

@@ -59,3 +59,7 @@ class DPSparkWarning(UserWarning):
 
 class PrivacyWarning(DPSparkWarning):
     """An opt-in publishes something the guarantee does not cover (raw text, layout, corpus words)."""
+
+
+class RenamedParameterWarning(DPSparkWarning, FutureWarning):
+    """A parameter given by its old spelling: it still works for one release (CHANGELOG), then is refused."""

@@ -13,7 +13,7 @@ import pyarrow as pa
 from dpspark.mechanisms.base import show
 from dpspark.stats import PERCENTILES, summarise
 
-SYMBOLS = {"lambda": "λ", "beta": "β", "gamma": "γ"}
+SYMBOLS = {"lambda": "λ", "beta": "β", "gamma": "γ", "position_gamma": "γ_pos"}
 
 
 def axis_names() -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpspark.errors import ConfigError
+from dpspark.errors import ConfigError, RenamedParameterWarning
 from dpspark.mechanisms.base import GUARANTEE_TYPES, MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.noise import CHUNK, NoiseMechanism, sample_noise, sample_radial
 from dpspark.mechanisms.registry import load
@@ -51,6 +51,26 @@ def parameters() -> dict[str, list[str]]:
     return out
 
 
+def _renamed(name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the spec's old parameter spellings under today's names (``MechanismSpec.renamed``),
+    each said once in a RenamedParameterWarning; an old and a new spelling together are refused."""
+    import warnings
+
+    values = dict(values)
+    for old, new in REGISTRY[name].renamed.items():
+        if old not in values:
+            continue
+        if new in values:
+            raise ConfigError(f"mechanism {name}: give {new} only ({old} is its old name)")
+        values[new] = values.pop(old)
+        warnings.warn(
+            f"{name}'s {old} is now called {new} (--{new.replace('_', '-')}); {old} is accepted until the next release",
+            RenamedParameterWarning,
+            stacklevel=3,
+        )
+    return values
+
+
 def parse(values: dict[str, Any]) -> MechanismSpec:
     """The spec of ``values["name"]`` built from ``values`` (ε and the mechanism's parameters).
 
@@ -61,6 +81,7 @@ def parse(values: dict[str, Any]) -> MechanismSpec:
     name = values.get("name")
     if name not in REGISTRY:
         raise ConfigError(f"mechanism must be one of {', '.join(REGISTRY)}, got {name!r}")
+    values = _renamed(name, values)
     try:
         return REGISTRY[name].parse_obj(values)
     except ValidationError as exc:

@@ -395,6 +395,9 @@ class MechanismSpec(BaseModel):
     def _epsilon(cls, v: Any) -> float:
         return params.epsilon_value(v)
 
+    # Old spellings of parameters → today's name: accepted for one release with a RenamedParameterWarning.
+    renamed: ClassVar[dict[str, str]] = {}
+
     @classmethod
     def parameter_names(cls) -> list[str]:
         """The mechanism's own parameters (by alias), besides name and ε."""

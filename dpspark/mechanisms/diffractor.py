@@ -11,7 +11,7 @@ at a noisy index (``noise``), and an embedded word outside W takes the index of 
   the mass beyond either end of the list on its end word (the authors' diffprivlib GeometricTruncated,
   sensitivity 1);
 - ``tem``: TEM (Carvalho et al.) on the index distance: Pr[j | i] ∝ exp(−ε·min(|i − j|, γ)/2) over the
-  list's positions, γ = ``gamma`` (the authors' default 5): the positions within γ by their distance, every
+  list's positions, γ = ``position_gamma`` (the authors' default 5): the positions within γ by their distance, every
   other one alike (the authors' ⊥, score −γ + (2/ε)·ln|rest|, then a uniform position of the rest).
 
 Several lists (``lists`` = L): the authors build one list per embedding model (five models, possibly
@@ -76,8 +76,10 @@ class Diffractor(MechanismSpec):
         description="geometric (default): the two-sided geometric on the list position, clipped to the list; "
         "tem: TEM on the distance |i - j| between list positions",
     )
-    gamma: float | None = Field(
-        default=None, description=f"TEM's truncation in list positions, > 0 (with noise tem; {DEFAULT_GAMMA:g})"
+    position_gamma: float | None = Field(
+        default=None,
+        description=f"TEM's truncation γ in list positions, > 0 (with noise tem; {DEFAULT_GAMMA:g}); not tem's gamma, "
+        "which is in embedding distance",
     )
     lists: int = Field(
         default=1,
@@ -92,14 +94,16 @@ class Diffractor(MechanismSpec):
     guarantee_type: ClassVar[str] = "rank"
     summary: ClassVar[str] = "geometric or TEM noise on the word's position in nearest-neighbour chains of W"
 
+    renamed: ClassVar[dict[str, str]] = {"gamma": "position_gamma"}  # until the release after 0.x: see CHANGELOG
     artefact_name: ClassVar[str] = "1-diffractor/list/v1"  # the version: a change of the chain gets a new name
 
     @root_validator(pre=True, allow_reuse=True)
     def _gamma_with_tem(cls, values: dict[str, Any]) -> dict[str, Any]:
         noise = values.get("noise")
-        if not _unset(values.get("gamma")) and (_unset(noise) or str(noise).strip().lower() != "tem"):
+        if not _unset(values.get("position_gamma")) and (_unset(noise) or str(noise).strip().lower() != "tem"):
             raise ConfigError(
-                f"gamma is the truncation of 1-diffractor's TEM noise: give it with noise tem, or leave it out "
+                "position_gamma is the truncation of 1-diffractor's TEM noise: give it with noise tem, or leave it "
+                "out "
                 f"(noise is {'geometric' if _unset(noise) else noise!r})"
             )
         return values
@@ -111,11 +115,12 @@ class Diffractor(MechanismSpec):
             raise ConfigError(f"noise must be one of {', '.join(NOISES)}, got {v!r}")
         return value
 
-    @validator("gamma", pre=True, allow_reuse=True)
+    @validator("position_gamma", pre=True, allow_reuse=True)
     def _gamma(cls, v: Any) -> float | None:
         if _unset(v):
             return None
-        return _number("gamma", v, "a positive finite number of list positions", lambda x: math.isfinite(x) and x > 0)
+        expected = "a positive finite number of list positions"
+        return _number("position_gamma", v, expected, lambda x: math.isfinite(x) and x > 0)
 
     @validator("lists", pre=True, allow_reuse=True)
     def _lists(cls, v: Any) -> int:
@@ -126,12 +131,12 @@ class Diffractor(MechanismSpec):
 
     def gamma_value(self) -> float:
         """γ of the TEM noise (the authors' 5 when not given)."""
-        return DEFAULT_GAMMA if self.gamma is None else self.gamma
+        return DEFAULT_GAMMA if self.position_gamma is None else self.position_gamma
 
     def axes(self) -> dict[str, Any]:
         out: dict[str, Any] = {"noise": self.noise, "lists": self.lists}
         if self.noise == "tem":
-            out["gamma"] = self.gamma_value()
+            out["position_gamma"] = self.gamma_value()
         return out
 
     def starts(self, space: Space) -> np.ndarray:
@@ -182,7 +187,7 @@ class Diffractor(MechanismSpec):
         else:
             law = (
                 f"position j drawn with probability proportional to exp(-{e} * min(|i(w) - j|, gamma) / 2), "
-                f"gamma = {self.gamma_value():g} (TEM on list positions)"
+                f"gamma = position_gamma = {self.gamma_value():g} (TEM on list positions)"
             )
         if self.lists == 1:
             where = "i(w) the position of w in a public list of"

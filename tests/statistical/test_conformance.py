@@ -257,10 +257,10 @@ CASES: dict[str, Case] = {
         reference=diffractor_reference,
         self_epsilon=5.0,
         variants=(
-            {"epsilon": 4.0, "noise": "tem", "gamma": 5},
-            {"epsilon": 1.0, "noise": "tem", "gamma": 25},
+            {"epsilon": 4.0, "noise": "tem", "position_gamma": 5},
+            {"epsilon": 1.0, "noise": "tem", "position_gamma": 25},
             {"epsilon": 1.0, "lists": 3},
-            {"epsilon": 1.0, "noise": "tem", "gamma": 25, "lists": 2},
+            {"epsilon": 1.0, "noise": "tem", "position_gamma": 25, "lists": 2},
         ),
     ),
 }

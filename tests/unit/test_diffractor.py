@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpspark.errors import ConfigError
+from dpspark.config import StatsConfig
+from dpspark.errors import ConfigError, RenamedParameterWarning
 from dpspark.mechanisms import REGISTRY, Space, parse
 from dpspark.mechanisms.diffractor import Diffractor, chain, neighbour_lists
 
@@ -135,7 +136,7 @@ def test_tem_distribution_and_draws_on_a_small_list(glove, gamma):
     """A 25-word list: windows cut by both ends, γ below one position (every other position alike) and beyond
     the list (no truncation). Draws against the closed form: χ², p > 1e-4 per word (fixed seed)."""
     space = Space(glove.vectors, np.arange(25))
-    mech = parse({"name": "1-diffractor", "epsilon": 1.5, "noise": "tem", "gamma": gamma}).build(space)
+    mech = parse({"name": "1-diffractor", "epsilon": 1.5, "noise": "tem", "position_gamma": gamma}).build(space)
     rank = np.argsort(mech.order)
     rows = mech.order[[0, 2, 12, 24]]
     p = mech.distribution(rows)
@@ -147,7 +148,7 @@ def test_tem_distribution_and_draws_on_a_small_list(glove, gamma):
         counts = np.bincount(out[n], minlength=25)
         assert stats.chisquare(counts, draws * p[n]).pvalue > 1e-4
     # power: the same draws against ε = 1.2, all words' χ² added
-    wrong = parse({"name": "1-diffractor", "epsilon": 1.2, "noise": "tem", "gamma": gamma}).build(space)
+    wrong = parse({"name": "1-diffractor", "epsilon": 1.2, "noise": "tem", "position_gamma": gamma}).build(space)
     q = wrong.distribution(rows)
     total = sum(stats.chisquare(np.bincount(out[n], minlength=25), draws * q[n]).statistic for n in range(len(rows)))
     if gamma >= 3:  # below one position every other position weighs the same: ε moves P(w | w) alone, by 0.007
@@ -155,7 +156,7 @@ def test_tem_distribution_and_draws_on_a_small_list(glove, gamma):
 
 
 def test_tem_on_a_long_list_reaches_every_position_outside_its_window(space):
-    mech = parse({"name": "1-diffractor", "epsilon": 2.0, "noise": "tem", "gamma": 5}).build(space)
+    mech = parse({"name": "1-diffractor", "epsilon": 2.0, "noise": "tem", "position_gamma": 5}).build(space)
     rank = np.argsort(mech.order)
     word = mech.order[1500]
     out = rank[mech.sample(np.full(200_000, word), np.random.default_rng(2))]
@@ -201,12 +202,14 @@ def test_several_lists_start_across_the_frequency_order_and_mix_uniformly(space)
 
 
 def test_the_guarantee_states_the_noise_and_the_largest_distance_over_the_lists(space):
-    text = parse({"name": "1-diffractor", "epsilon": 1.0, "lists": 2, "noise": "tem", "gamma": 7}).guarantee(space)
+    text = parse({"name": "1-diffractor", "epsilon": 1.0, "lists": 2, "noise": "tem", "position_gamma": 7}).guarantee(
+        space
+    )
     assert "largest over 2 public lists" in text and "not their sum" in text and "gamma = 7" in text
     text = parse({"name": "1-diffractor", "epsilon": 1.0}).guarantee(space)
     assert "G1, G2 geometric" in text and "lists" not in text
     facts = parse({"name": "1-diffractor", "epsilon": 1.0, "noise": "tem"}).facts(space)
-    assert facts["parameters"]["gamma"] == 5.0 and facts["parameters"]["lists"] == 1
+    assert facts["parameters"]["position_gamma"] == 5.0 and facts["parameters"]["lists"] == 1
 
 
 def test_several_lists_are_stored_one_artefact_each(space):
@@ -222,9 +225,9 @@ def test_several_lists_are_stored_one_artefact_each(space):
 @pytest.mark.parametrize(
     "values,message",
     [
-        ({"gamma": 3}, "give it with noise tem"),
+        ({"position_gamma": 3}, "give it with noise tem"),
         ({"noise": "laplace"}, "noise must be one of geometric, tem"),
-        ({"noise": "tem", "gamma": 0}, "gamma must be a positive finite number"),
+        ({"noise": "tem", "position_gamma": 0}, "position_gamma must be a positive finite number"),
         ({"lists": 0}, "lists must be a whole number >= 1"),
         ({"lists": 1.5}, "lists must be a whole number >= 1"),
     ],
@@ -232,6 +235,28 @@ def test_several_lists_are_stored_one_artefact_each(space):
 def test_bad_settings_are_refused_by_name(values, message):
     with pytest.raises(ConfigError, match=message):
         parse({"name": "1-diffractor", "epsilon": 1.0, **values})
+
+
+def test_the_old_spelling_gamma_works_for_one_release_with_a_warning():
+    """1-diffractor's TEM truncation was ``gamma``, the name of TEM's own γ in embedding distance: it is
+    ``position_gamma`` now; ``gamma`` still sets it, with a RenamedParameterWarning, and both at once are refused."""
+    with pytest.warns(RenamedParameterWarning, match="gamma is now called position_gamma"):
+        old = parse({"name": "1-diffractor", "epsilon": 1.0, "noise": "tem", "gamma": 7})
+    assert old == parse({"name": "1-diffractor", "epsilon": 1.0, "noise": "tem", "position_gamma": 7})
+    assert old.axes()["position_gamma"] == 7.0 and "gamma" not in old.axes()
+    with pytest.raises(ConfigError, match="give position_gamma only"):
+        parse({"name": "1-diffractor", "epsilon": 1.0, "noise": "tem", "gamma": 7, "position_gamma": 7})
+    # a grid: position_gamma is 1-diffractor's axis alone; the old gamma axis still reaches it, warned
+    config = StatsConfig.parse(
+        {"mechanisms": "tem,1-diffractor", "epsilons": [2], "grid": "position_gamma=3 noise=tem"}
+    )
+    assert [(s.name, s.axes().get("gamma"), s.axes().get("position_gamma")) for s in config.settings()] == [
+        ("tem", None, None),
+        ("1-diffractor", None, 3.0),
+    ]
+    with pytest.warns(RenamedParameterWarning):
+        config = StatsConfig.parse({"mechanisms": "1-diffractor", "epsilons": [2], "grid": "gamma=3 noise=tem"})
+        assert config.settings()[0].axes()["position_gamma"] == 3.0
 
 
 def test_more_lists_than_words_is_refused(glove):

@@ -148,7 +148,7 @@ def test_no_mechanism_is_spelled_out_in_the_public_functions(fn):
     ("mechanism", "given", "field", "value"),
     [
         ("custext", {"top_k": 5}, "top_k", 5),
-        ("1-diffractor", {"noise": "tem", "gamma": 3}, "gamma", 3.0),
+        ("1-diffractor", {"noise": "tem", "position_gamma": 3}, "position_gamma", 3.0),
         ("vickrey", {"lambda": 0.25, "t": 0.75}, "lam", 0.25),
         ("syntf", {"draws": 7}, "draws", 7),
     ],
