@@ -234,7 +234,9 @@ class Analysis:
                 value = (lambda p, g=g: -g(p)) if utility else g  # the figure as the user reads it
                 meeting = [p for p in pts if value(p) <= bound + 1e-12]
                 best = (min if utility else max)(meeting, key=lambda p: p["epsilon"]) if meeting else None
-                solved = best is not None and bound - value(best) <= tol
+                # the figure's own noise at the point: a tolerance below it cannot be told apart, so it widens
+                reach = tol if best is None else max(tol, self._noise(best, utility))
+                solved = best is not None and bound - value(best) <= reach
                 rows.append(
                     {
                         "setting": series,
@@ -242,11 +244,22 @@ class Analysis:
                         "bound_value": bound,
                         "epsilon": None if best is None else best["epsilon"],
                         "value": None if best is None else value(best),
+                        "tolerance": reach,
                         "status": "solved" if solved else self._unsolved(pts, g, bound, utility, best),
                         "points": [{"epsilon": p["epsilon"], "value": value(p)} for p in pts],
                     }
                 )
         return rows
+
+    def _noise(self, p: dict[str, Any], of_utility: bool) -> float:
+        """The half-width of the point's 95% interval of the figure (top-1; the utility metric in either
+        mode): how far two measurements of one setting may fall apart (0 with one run)."""
+        if of_utility:
+            m = self.config.utility_metric
+            widths = [p[f"{mode}_{m}"] - p.get(f"{mode}_{m}_lo", p[f"{mode}_{m}"]) for mode in utility.MODES]
+        else:
+            widths = [p["top1_hi"] - p["top1"]]
+        return max((w for w in widths if w is not None and math.isfinite(w)), default=0.0)
 
     def solve_points(self) -> list[MechanismSpec]:
         """The next round's points: for each series and bound not yet solved, the interpolated crossing

@@ -416,25 +416,44 @@ class Comparison:
     def solve_section(self) -> Section:
         """--solve: per series and bound, the ε found, its figure, and every point measured."""
         c = self.config
+        solutions = self.analysis.solutions()
+        wide = [r for r in solutions if r["tolerance"] > c.solve_tolerance]
+        widened = (
+            [
+                f"The figure's own noise (the half-width of its 95% interval at the point) is wider than "
+                f"{c.solve_tolerance:g} for {', '.join(sorted({r['setting'] for r in wide}))}: points closer than that "
+                "cannot be told apart, so there the tolerance is the noise (the table's tolerance column). More runs "
+                "(--runs) or repeats (--repeats) narrow it."
+            ]
+            if wide
+            else []
+        )
         rows = [
             [
                 r["setting"],
                 f"{r['bound']} ≤ {r['bound_value']:g}",
                 "–" if r["epsilon"] is None else f"{r['epsilon']:.4g}",
                 "–" if r["value"] is None else f"{r['value']:.4f}",
+                f"{r['tolerance']:.3g}",
                 r["status"],
                 "; ".join(f"{q['epsilon']:.4g}: {q['value']:.4f}" for q in r["points"]),
             ]
-            for r in self.analysis.solutions()
+            for r in solutions
         ]
         return Section(
             "Solved ε",
             [
                 f"Per mechanism, the ε at which each bound is met to within {c.solve_tolerance:g} below it: a "
                 "bracketing search in log ε (the interpolated crossing, or the bracket's midpoint) over measured "
-                f"points, at most {c.solve_rounds} rounds. The ε given is a measured point meeting the bound."
+                f"points, at most {c.solve_rounds} rounds. The ε given is a measured point meeting the bound.",
+                *widened,
             ],
-            [Table(["setting", "bound", "ε", "figure there", "status", "points measured (ε: figure)"], rows)],
+            [
+                Table(
+                    ["setting", "bound", "ε", "figure there", "tolerance", "status", "points measured (ε: figure)"],
+                    rows,
+                )
+            ],
         )
 
     def guarantee_lines(self, names: list[str]) -> list[str]:

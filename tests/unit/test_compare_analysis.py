@@ -188,3 +188,24 @@ def test_the_refinement_outlook_counts_only_crossings_the_grid_can_hold():
     below = [point(name, 1.0, 0.5, 0.6) for name in ("santext", "tem", "laplace")]
     assert Analysis(below, settings(), BASELINE).refinement_outlook(plan, rounds=2) == 0
     assert Analysis(points, settings(), BASELINE).refinement_outlook(plan, rounds=0) == 0
+
+
+def test_a_tolerance_below_the_figures_own_noise_widens_to_it():
+    """Two points 0.006 apart with intervals of ±0.02 cannot be ordered: a tolerance of 0.01 below the bound
+    would send the search on forever (SMS spam, laplace: 0.286 against 0.3). The row's tolerance is the
+    noise there, and the report says so; a narrow interval keeps the tolerance asked for."""
+
+    def noisy(e, top1, width):
+        p = point("santext", e, top1, accuracy_of(e))
+        p.update(top1_lo=top1 - width, top1_hi=top1)  # the figure is the upper end: top1 itself lies below
+        p["top1"] = top1 - width
+        return p
+
+    config = settings(max_reidentification=0.3)
+    wide = [noisy(1.0, 0.1, 0.02), noisy(6.4, 0.286, 0.02), noisy(6.46, 0.303, 0.02), noisy(10.0, 0.5, 0.02)]
+    (row,) = Analysis(wide, config, BASELINE).solutions()
+    assert row["status"] == "solved" and row["epsilon"] == 6.4 and row["tolerance"] == pytest.approx(0.02)
+    assert Analysis(wide, config, BASELINE).solve_points() == []  # nothing left to resolve
+    narrow = [noisy(1.0, 0.1, 0.001), noisy(6.4, 0.286, 0.001), noisy(6.46, 0.303, 0.001), noisy(10.0, 0.5, 0.001)]
+    (row,) = Analysis(narrow, config, BASELINE).solutions()
+    assert row["status"].startswith("between 6.4 and 6.46") and row["tolerance"] == 0.01
