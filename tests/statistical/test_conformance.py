@@ -193,7 +193,9 @@ def diffractor_reference(space: Space, mechanism: WordMechanism, rows: np.ndarra
         if spec.noise == "geometric":
             out += clipped_geometric_probabilities(order, rank[rows], spec.epsilon)
             continue
-        w = np.exp(-spec.epsilon * np.minimum(np.abs(np.arange(space.size) - rank[rows][:, None]), spec.gamma) / 2)
+        w = np.exp(
+            -spec.epsilon * np.minimum(np.abs(np.arange(space.size) - rank[rows][:, None]), spec.position_gamma) / 2
+        )
         out[:, order] += w / w.sum(axis=1, keepdims=True)
     return out / len(mechanism.orders)
 
