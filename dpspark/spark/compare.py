@@ -623,8 +623,8 @@ def mlflow_params(manifest: dict[str, Any]) -> dict[str, str]:
 
 def _mlflow_key(key: str) -> str:
     """MLflow's metric names take alphanumerics, underscores, dashes, periods, spaces and slashes; ASCII
-    here, whatever the tracking server: λ, β, γ by their names, ``1e+06`` as ``1e06``, ``=`` and anything
-    else as ``_``."""
+    here, whatever the tracking server: Greek letters by their names (``report.SYMBOLS``), ``1e+06`` as
+    ``1e06``, ``=`` and anything else as ``_``."""
     import re
 
     for name, symbol in report.SYMBOLS.items():

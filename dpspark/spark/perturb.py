@@ -225,7 +225,7 @@ def release(
 
     Same manifest, ledger, refusals (output overlapping the input, existing output,
     re-release) and atomic commit as the CLI. Settings are PerturbConfig fields
-    (mechanism, lam, vocab_size, oov, layout, mode, allow_rerelease, seed, ...).
+    (mechanism and its parameters, vocab_size, oov, layout, mode, allow_rerelease, seed, ...).
     ``df`` is None where the release reads its input itself (``partition=`` with ``input=``, or
     ``input_table=``), in the active session. Returns the manifest.
     """
@@ -248,7 +248,7 @@ def perturb_text(
         columns: text column(s) to rewrite.
         epsilon: ε (no default).
         spark: the session (default: the DataFrame's).
-        **settings: any other PerturbConfig field (mechanism, lam / lambda, vocab_size,
+        **settings: any other PerturbConfig field (mechanism and its parameters, vocab_size,
             nn, oov, layout, seed, keep_original, embeddings, ...) but those of a written
             release (``RELEASE_ONLY``: output, mode, partition, ...), which are refused.
 

@@ -90,7 +90,7 @@ def shuffle_settings(spark: SparkSession) -> dict[str, str]:
 
 
 def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> DataFrame:
-    """(half, ε, λ, w, u, count): the privacy statistics' own word → output counts, per block of runs."""
+    """(half, setting, w, u, count): the privacy statistics' own word → output counts, per block of runs."""
     counts = stats.pair_counts(spark, items, job_key, bundle, by_block=True, slices=4 * backend.cores(spark))
     return counts.withColumnRenamed("block", "half")
 
@@ -575,7 +575,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
             "epsilons": config.epsilons,
-            **noise_family.grid_facts(specs, grid.space),  # lambdas, euclidean_epsilon_factor, xi_min
+            **noise_family.grid_facts(specs, grid.space),  # the noise family's facts
             "runs": config.runs,
             "fit_runs": half,
             "score_runs": half,

@@ -227,7 +227,7 @@ def per_word_table(specs: list, result: dict, words: Any, exact: list, word_rows
 
 
 def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) -> dict:
-    """Compute Nw/Sw for every (ε, λ, word); write per_word.parquet, summaries, plots, manifest.
+    """Compute Nw/Sw for every (setting, word); write per_word.parquet, summaries, plots, manifest.
 
     The tables and plots are made on the driver in a scratch directory, then committed
     through the session's file system like every report (``reports.ReportOutput``: hidden
@@ -285,7 +285,7 @@ def _run(config: StatsConfig, spark: SparkSession, out: ReportOutput, started: f
             "run_id": run_id,
             "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
             "epsilons": config.epsilons,
-            **noise_family.grid_facts(specs, grid.space),  # lambdas, euclidean_epsilon_factor, xi_min
+            **noise_family.grid_facts(specs, grid.space),  # the noise family's facts
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
             "exact_statistics": sorted({spec.name for spec in specs if exact[specs.index(spec)] is not None}),

@@ -9,9 +9,9 @@ One Spark job for a labelled Parquet dataset (Xu et al. 2020 §5.2; Feyisetan et
    stated in the manifest), both halves persisted in memory and reused by every run;
 3. the non-private **baseline**: the model trained on plain train, scored on plain test;
 4. for every setting of the grid (``config.settings()``: mechanisms × ε × each
-   mechanism's own axes; without ``--mechanisms`` the λ grid of laplace/mahalanobis),
-   on the driver one ``dpspark.prepare.Prepared`` (the vocabulary, the index and Σ, A
-   prepared once and shared under exact search) and one shipped bundle, then R
+   mechanism's own axes; without ``--mechanisms`` the noise family's default grid),
+   on the driver one ``dpspark.prepare.Prepared`` (the vocabulary, the index and the
+   mechanisms' artefacts prepared once and shared under exact search) and one shipped bundle, then R
    independent perturbations (each its own job key, ``dpspark.rng.derive_key(the
    run's key, mode, the setting's parameters, repeat)``) through the release's own
    executor transform (``dpspark.spark.transform.perturb``):
@@ -300,7 +300,7 @@ def prepare_settings(
     config: EvaluateUtilityConfig, specs: list[MechanismSpec], embeddings: Embeddings, workdir: Path
 ) -> list[Prepared]:
     """One ``Prepared`` (a release's preparation, its own bundle) per setting. With exact search the
-    vocabulary, the index and the Space (Σ and A for every λ) are prepared once (``prepare_grid``) and
+    vocabulary, the index and the Space (with every setting's artefacts) are prepared once (``prepare_grid``) and
     shared; an annoy index is built and its recall measured per setting (the recall depends on the
     setting's noise)."""
     if config.nn != "exact":
@@ -450,7 +450,7 @@ def _evaluate(
         "mechanisms": names,
         "settings": [prep.spec.facts(prep.space) for prep in preps],
         "epsilons": config.epsilons,
-        **noise_family.grid_facts(specs, first.space),  # lambdas, euclidean_epsilon_factor, xi_min
+        **noise_family.grid_facts(specs, first.space),  # the noise family's facts
         "repeats": config.repeats,
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
         "dimension": emb.dim,
@@ -603,7 +603,7 @@ def evaluate_utility(
 ) -> dict[str, Any]:
     """Python API of ``dpspark evaluate-utility`` over a Parquet path (``input``) or a DataFrame (``df``).
 
-    Settings are EvaluateUtilityConfig fields (epsilons, lambdas, mechanism, mechanisms, grid,
+    Settings are EvaluateUtilityConfig fields (epsilons, mechanism, mechanisms, grid,
     mode, repeats, model, test_fraction, vocab_size, seed, overwrite, ...), e.g.
     ``mechanisms=["laplace", "tem"], grid={"beta": [0.001]}``. Returns the manifest, whose
     ``summary`` holds the mean and 95% CI of every metric per (mode, setting, ε) and whose
