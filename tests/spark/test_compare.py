@@ -242,3 +242,43 @@ def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path
     # SynTF's synthetic documents (bags of drawn words) get PP and LOW as bags: defined, in range
     rows = {r["mechanism"]: r for r in rows_of(out) if r["epsilon"] == 1}
     assert 0.5 < rows["syntf"]["pp"] <= 1 and 0 <= rows["syntf"]["low"] <= 1
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "bag-of-words"])
+def test_the_text_metrics_folded_on_the_executors_equal_the_one_pass_figures(spark, data, tmp_path, aligned):
+    """The field's text metrics (``field_metrics``' partial sums) summed over Arrow batches on the executors
+    equal the one-pass figures on the driver: PP, LOW and the dictionary share exactly (sums of counts), CS
+    to rounding (a sum of cosines in another order)."""
+    import numpy as np
+
+    from dpspark.config import StatsConfig
+    from dpspark.evaluation import field_metrics as fm
+    from dpspark.prepare import prepare_grid
+    from dpspark.spark import resources
+    from dpspark.spark.compare import ORIGINAL, TEXT, _dictionary, finish_text_metrics, text_metric_sums
+    from dpspark.text import tokenize
+
+    texts = [r[0] for r in spark.read.parquet(data).select("text").collect()]
+    orig = [tokenize(t)[0] for t in texts]
+    pert = [["the" if i % 3 == 0 else w for i, w in enumerate(tokens)] for tokens in orig]  # a third replaced
+    if not aligned:
+        pert = [sorted(p) for p in pert]  # SynTF's documents are compared as bags of words
+    df = spark.createDataFrame([(" ".join(p), t) for p, t in zip(pert, texts)], f"{TEXT} string, {ORIGINAL} string")
+    config = StatsConfig.parse({"epsilons": "5", "vocab_size": 2000})
+    grid = prepare_grid(config, config.settings(), tmp_path / "w")
+    shipment = resources.ship(spark, grid.write_bundle)
+    try:
+        rare = fm.least_occurring({t: n for t, n in fm.word_counts(orig).items() if fm.is_word(t)}, 300)
+        got = finish_text_metrics(text_metric_sums(df.repartition(5), shipment.name, rare, None, aligned))
+        res = resources.resources(shipment.name)
+        want = {
+            "pp": fm.finish(fm.perturbation_partial(orig, pert, None, aligned)),
+            "low": fm.finish(fm.low_partial(orig, pert, rare, aligned)),
+            "cs": fm.cosine_similarity(orig, pert, fm.mean_vector_encoder(res.vectors, res.words)),
+            "dictionary": fm.dictionary_share(pert, _dictionary(res)),
+        }
+    finally:
+        shipment.close()
+    assert {k: got[k] for k in ("pp", "low", "dictionary")} == {k: want[k] for k in ("pp", "low", "dictionary")}
+    assert got["cs"] == pytest.approx(want["cs"], rel=1e-12)
+    assert 0.2 < got["pp"] < 0.5 and 0 < got["cs"] < 1 and np.isfinite(got["low"])
