@@ -22,6 +22,7 @@ from dpspark import mechanisms, params
 from dpspark._pydantic import BaseModel, Field, ValidationError, create_model, root_validator, validator
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS
 from dpspark.errors import ConfigError
+from dpspark.mechanisms.geometry import check_lambda
 from dpspark.text import LAYOUTS, OOV_POLICIES
 
 Mechanism = Literal[tuple(mechanisms.REGISTRY)]  # type: ignore[valid-type]
@@ -596,7 +597,7 @@ class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSetting
 
     @after("lambdas")
     def _lambdas(cls, v: list[float] | None) -> list[float] | None:
-        return None if v is None else _sorted_unique(v, params.check_lambda, "--lambdas 0,1")
+        return None if v is None else _sorted_unique(v, check_lambda, "--lambdas 0,1")
 
     @after("runs")
     def _runs(cls, v: int) -> int:
@@ -872,7 +873,7 @@ class EmbeddingReportConfig(OutputSettings, EmbeddingSettings):
         default=0, description="seed of the word sample (0): a statistic of public data, so fixed by default"
     )
 
-    _lam = before("lam")(lambda cls, v: params.check_lambda(v))
+    _lam = before("lam")(lambda cls, v: check_lambda(v))
 
 
 class EvaluateVectorsConfig(OutputSettings):

@@ -1,4 +1,5 @@
-"""The one place that validates the privacy parameters ε, λ, δ, β and a seed.
+"""The one place that validates the privacy parameters ε, δ, β and a seed, and reads a number for the
+checks of each mechanism's own parameters, which live in its module (``number``).
 
 Every entry point (configuration models, the pure-numpy mechanisms, the evaluation
 experiments) calls these functions, so a value is accepted or refused the same way
@@ -10,27 +11,27 @@ field error).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from dpspark.errors import ConfigError
 
 
-def _number(name: str, value: Any, expected: str) -> float:
-    if isinstance(value, bool):
-        raise ConfigError(f"{name} must be {expected}, got {value!r}")
+def number(name: str, value: Any, expected: str, ok: Callable[[float], bool] = lambda x: not math.isnan(x)) -> float:
+    """``value`` as a float that satisfies ``ok``, else a ConfigError "NAME must be EXPECTED, got VALUE". A bool
+    or anything ``float`` cannot read is NaN here, which every range check refuses."""
     try:
-        return float(value)
+        converted = math.nan if isinstance(value, bool) else float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be {expected}, got {value!r}") from None
+        converted = math.nan
+    if not ok(converted):
+        raise ConfigError(f"{name} must be {expected}, got {value!r}")
+    return converted
 
 
 def check_epsilon(epsilon: Any) -> float:
     """ε > 0 and finite: the privacy level (smaller is more private)."""
-    expected = "a positive finite number"
-    value = _number("epsilon", epsilon, expected)
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"epsilon must be {expected}, got {epsilon!r}")
-    return value
+    return number("epsilon", epsilon, "a positive finite number", lambda x: math.isfinite(x) and x > 0)
 
 
 # The smallest ε accepted. The noise radius is Gamma(d, 1/ε) (mean d/ε) and the nearest-neighbour
@@ -53,20 +54,8 @@ def epsilon_value(v: Any) -> float:
     return value
 
 
-def check_lambda(lam: Any) -> float:
-    """λ ∈ [0, 1]: 0 is the Laplace mechanism, 1 the full Mahalanobis one."""
-    expected = "in [0, 1] (0 = Laplace, 1 = full Mahalanobis)"
-    value = _number("lambda", lam, expected)
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ConfigError(f"lambda must be {expected}, got {lam!r}")
-    return value
-
-
 def _open_unit(name: str, value: Any, expected: str) -> float:
-    number = _number(name, value, expected)
-    if not (math.isfinite(number) and 0.0 < number < 1.0):
-        raise ConfigError(f"{name} must be {expected}, got {value!r}")
-    return number
+    return number(name, value, expected, lambda x: math.isfinite(x) and 0.0 < x < 1.0)
 
 
 def check_delta(delta: Any) -> float:

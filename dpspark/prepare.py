@@ -328,7 +328,7 @@ def prepare(
         recall = 1.0
     elif config.recall_queries > 0:
         # Measured on the driver with its own secure generator: noisy points of uniformly
-        # chosen vocabulary words at the run's ε and λ, compared with exact search.
+        # chosen vocabulary words at the run's setting, compared with exact search.
         t0 = time.perf_counter()
         rng = secure_generator()
         sample = rows[rng.integers(0, len(rows), config.recall_queries)]

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpspark.mechanisms.base import show
+from dpspark.mechanisms.noise import lambda_of_series, series_of_lambda
 from dpspark.stats import PERCENTILES, summarise
 
 SYMBOLS = {"lambda": "λ", "beta": "β", "gamma": "γ", "position_gamma": "γ_pos"}
@@ -44,9 +45,8 @@ def series_label(mechanism: str, axes: dict[str, float | None]) -> str:
 def series_of(table: pa.Table) -> list[str]:
     """Each row's series. Tables written before the mechanism column are of the noise family:
     λ = 0 is the Laplace mechanism, λ > 0 Mahalanobis."""
-    lams = table.column("lambda").to_pylist()
     if "mechanism" not in table.column_names:
-        return [series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam}) for lam in lams]
+        return [series_of_lambda(lam) for lam in table.column("lambda").to_pylist()]
     axes = [a for a in axis_names() if a in table.column_names]
     values = [table.column(a).to_pylist() for a in axes]
     return [
@@ -92,8 +92,8 @@ def summary_rows(table: pa.Table) -> list[dict]:
     rows = []
     for (e, series), (nw, sw, k) in grid(table).items():
         m = series.split()[0]
-        lam = 0.0 if m == "laplace" else next((float(x[2:]) for x in series.split() if x.startswith("λ=")), None)
-        row = {"mechanism": m, "setting": series, "epsilon": e, "lambda": lam, "runs": k, **summarise(nw, sw)}
+        row = {"mechanism": m, "setting": series, "epsilon": e, "lambda": lambda_of_series(series), "runs": k}
+        row.update(summarise(nw, sw))
         row["exact_nw_mean"], row["exact_sw_mean"] = exact.get((e, series), (None, None))
         rows.append(row)
     return rows

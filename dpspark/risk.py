@@ -365,12 +365,10 @@ def model_table(space: Any, setting: int, words: np.ndarray) -> dict:
 
 
 def setting_of(row: dict) -> str:
-    """The row's setting without ε (``report.series_label``); rows without one are the noise family's λ."""
-    if row.get("setting"):
-        return row["setting"]
-    from dpspark.report import series_label
+    """The row's setting without ε (``report.series_label``; ``mechanisms.noise.series_of_row``)."""
+    from dpspark.mechanisms.noise import series_of_row
 
-    return series_label("laplace" if row["lambda"] == 0 else "mahalanobis", {"lambda": row["lambda"]})
+    return series_of_row(row)
 
 
 def summary_md(rows: list[dict], title: str, notes: list[str]) -> str:
@@ -379,11 +377,11 @@ def summary_md(rows: list[dict], title: str, notes: list[str]) -> str:
     from dpspark.report import guarantee_note
 
     eps = sorted({r["epsilon"] for r in rows})
-    lams = list(dict.fromkeys(setting_of(r) for r in rows))
+    settings = list(dict.fromkeys(setting_of(r) for r in rows))
     by = {(r["epsilon"], setting_of(r)): r for r in rows}
 
-    def cells(lam: str, text: Callable[[dict], str]) -> str:
-        return " | ".join(text(by[(e, lam)]) if (e, lam) in by else "–" for e in eps)
+    def cells(series: str, text: Callable[[dict], str]) -> str:
+        return " | ".join(text(by[(e, series)]) if (e, series) in by else "–" for e in eps)
 
     lines = [f"# {title}", "", *notes, ""]
     names = [
@@ -411,19 +409,19 @@ def summary_md(rows: list[dict], title: str, notes: list[str]) -> str:
             "| setting \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |",
             "|---|" + "---|" * len(eps),
         ]
-        for lam in lams:
-            lines.append(f"| {lam} | " + cells(lam, lambda r: share(r, key)) + " |")  # noqa: B023
+        for series in settings:
+            lines.append(f"| {series} | " + cells(series, lambda r: share(r, key)) + " |")  # noqa: B023
         lines.append("")
     if any("attacker" in r for r in rows):
         lines += ["## the strongest attacker, top-1 / top-5 (fitting runs per word; * not converged)", ""]
         lines += ["| setting \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |", "|---|" + "---|" * len(eps)]
-        for lam in lams:
-            lines.append(f"| {lam} | " + cells(lam, attacker_cell) + " |")
+        for series in settings:
+            lines.append(f"| {series} | " + cells(series, attacker_cell) + " |")
         lines.append("")
     lines += [f"## mean Nw over corpus words (out of K = {rows[0]['runs']})", ""]
     lines += ["| setting \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |", "|---|" + "---|" * len(eps)]
-    for lam in lams:
-        lines.append(f"| {lam} | " + cells(lam, lambda r: f"{r['nw_mean']:.2f}") + " |")
+    for series in settings:
+        lines.append(f"| {series} | " + cells(series, lambda r: f"{r['nw_mean']:.2f}") + " |")
     lines += ["", *guarantee_note(sorted({setting_of(r).split()[0] for r in rows}))]
     return "\n".join(lines) + "\n"
 
@@ -454,12 +452,14 @@ def figure(  # noqa: ANN201
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2, sharey=True)
     eps = sorted({r["epsilon"] for r in rows})
-    for lam in dict.fromkeys(setting_of(r) for r in rows):
-        pts = sorted((r for r in rows if setting_of(r) == lam), key=lambda r: r["epsilon"])
+    for series in dict.fromkeys(setting_of(r) for r in rows):
+        pts = sorted((r for r in rows if setting_of(r) == series), key=lambda r: r["epsilon"])
         x = [r["epsilon"] for r in pts]
-        line = axes[0].plot(x, [r["top1"] for r in pts], marker="o", label=f"{lam}, top-1 guess")[0]
-        axes[0].plot(x, [r["top5"] for r in pts], linestyle="--", color=line.get_color(), label=f"{lam}, among top-5")
-        right = axes[1].plot(x, [r["unchanged"] for r in pts], marker="o", label=lam)[0]
+        line = axes[0].plot(x, [r["top1"] for r in pts], marker="o", label=f"{series}, top-1 guess")[0]
+        axes[0].plot(
+            x, [r["top5"] for r in pts], linestyle="--", color=line.get_color(), label=f"{series}, among top-5"
+        )
+        right = axes[1].plot(x, [r["unchanged"] for r in pts], marker="o", label=series)[0]
         # 95% intervals as bands (exact figures: zero width).
         for ax, key, color in ((axes[0], "top1", line), (axes[0], "top5", line), (axes[1], "unchanged", right)):
             if all(r.get(f"{key}_lo") is not None for r in pts):

@@ -22,6 +22,7 @@ import numpy as np
 
 from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.mechanisms import MechanismSpec, WordMechanism
+from dpspark.mechanisms.noise import lambda_of_series, series_of_lambda
 
 PERCENTILES = (5, 50, 95)
 
@@ -221,13 +222,8 @@ def calibrate(table: dict[tuple[float, object], tuple[np.ndarray, np.ndarray, in
 
 def _setting_fields(setting: object) -> dict:
     """setting, mechanism and λ (None where the mechanism has none) of a calibration row."""
-    if isinstance(setting, int | float):  # a bare λ of the noise family
-        lam = float(setting)
-        name = "laplace" if lam == 0 else "mahalanobis"
-        return {"setting": name if lam == 0 else f"{name} λ={lam:g}", "mechanism": name, "lambda": lam}
-    parts = str(setting).split()
-    lam = 0.0 if parts[0] == "laplace" else next((float(p[2:]) for p in parts if p.startswith("λ=")), None)
-    return {"setting": str(setting), "mechanism": parts[0], "lambda": lam}
+    series = series_of_lambda(setting) if isinstance(setting, int | float) else str(setting)  # a bare λ: older outputs
+    return {"setting": series, "mechanism": series.split()[0], "lambda": lambda_of_series(series)}
 
 
 def feasible_region(rows: Sequence[dict], max_utility_loss: float | None, max_reidentification: float | None) -> str:

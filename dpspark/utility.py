@@ -89,12 +89,9 @@ def setting_of(row: dict) -> str | None:
     the Laplace mechanism, λ > 0 Mahalanobis."""
     if row["mode"] == BASELINE:
         return None
-    if row.get("setting"):
-        return row["setting"]
-    from dpspark.report import series_label
+    from dpspark.mechanisms.noise import series_of_row
 
-    lam = row["lambda"]
-    return series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam})
+    return series_of_row(row)
 
 
 def mechanism_of(row: dict) -> str | None:

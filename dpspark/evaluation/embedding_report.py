@@ -34,9 +34,8 @@ import numpy as np
 
 from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.mechanisms.geometry import geometry
+from dpspark.mechanisms.geometry import check_lambda, geometry
 from dpspark.outputs import check_output_dir, to_json, writing_into
-from dpspark.params import check_lambda
 
 if TYPE_CHECKING:
     from dpspark.config import EmbeddingReportConfig

@@ -46,10 +46,11 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from dpspark import params
 from dpspark._pydantic import Field, root_validator, validator
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
-from dpspark.mechanisms.tem import _number, _unset
+from dpspark.mechanisms.tem import _unset
 from dpspark.mechanisms.truncated_gumbel import Screen
 
 # Nearest neighbours kept per word for the chain; a word whose neighbours are all in the list already
@@ -120,13 +121,13 @@ class Diffractor(MechanismSpec):
         if _unset(v):
             return None
         expected = "a positive finite number of list positions"
-        return _number("position_gamma", v, expected, lambda x: math.isfinite(x) and x > 0)
+        return params.number("position_gamma", v, expected, lambda x: math.isfinite(x) and x > 0)
 
     @validator("lists", pre=True, allow_reuse=True)
     def _lists(cls, v: Any) -> int:
         if _unset(v):
             return 1
-        value = _number("lists", v, "a whole number >= 1", lambda x: math.isfinite(x) and x >= 1 and x == int(x))
+        value = params.number("lists", v, "a whole number >= 1", lambda x: math.isfinite(x) and x >= 1 and x == int(x))
         return int(value)
 
     def gamma_value(self) -> float:

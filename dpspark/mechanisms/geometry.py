@@ -9,16 +9,24 @@ All of it is float64 on the driver; only the d×d matrix A is shipped to executo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dpspark.errors import EmbeddingError
-from dpspark.params import check_lambda
+from dpspark.params import number
 
 # Relative size below which an eigenvalue of Σ counts as zero (Σ has trace d, so
 # its mean eigenvalue is 1: this is absolute as well as relative).
 _PD_TOLERANCE = 1e-9
+
+
+def check_lambda(lam: Any) -> float:
+    """λ ∈ [0, 1]: 0 is the Laplace mechanism, 1 the full Mahalanobis one."""
+    ok = lambda x: math.isfinite(x) and 0.0 <= x <= 1.0  # noqa: E731
+    return number("lambda", lam, "in [0, 1] (0 = Laplace, 1 = full Mahalanobis)", ok)
 
 
 def scaled_covariance(vectors: np.ndarray) -> np.ndarray:

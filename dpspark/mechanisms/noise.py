@@ -15,14 +15,14 @@ the noisy vector v and the noise Z are local to ``perturb_rows``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dpspark import params
 from dpspark._pydantic import Field, validator
 from dpspark.mechanisms.base import UNITS, MechanismSpec, Space, WordMechanism
-from dpspark.mechanisms.geometry import Geometry, geometry
+from dpspark.mechanisms.geometry import Geometry, check_lambda, geometry
 from dpspark.params import check_epsilon
 
 CHUNK = 8192
@@ -154,6 +154,30 @@ def grid_facts(specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
     }
 
 
+def series_of_lambda(lam: float) -> str:
+    """The setting (``series_label``) of the noise family at λ: ``laplace`` at 0, else ``mahalanobis λ=…``.
+    Outputs written before the mechanism and setting columns name their settings by λ alone."""
+    from dpspark.report import series_label  # report imports this module
+
+    lam = float(lam)  # as read back: not validated (a damaged value is named, then refused where it is used)
+    return series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam})
+
+
+def series_of_row(row: Mapping[str, Any]) -> str:
+    """A result row's setting: its ``setting``, or for a row written before that column its λ's
+    (``series_of_lambda``)."""
+    return row.get("setting") or series_of_lambda(row["lambda"])
+
+
+def lambda_of_series(series: str) -> float | None:
+    """λ of a setting label (``series_label``): 0 for ``laplace``, the ``λ=`` value of Mahalanobis and
+    Vickrey, None for a mechanism without one."""
+    parts = str(series).split()
+    if parts[0] == "laplace":
+        return 0.0
+    return next((float(p[2:]) for p in parts if p.startswith("λ=")), None)
+
+
 def _rm_name(lam: float) -> str:
     return f"noise/rm-matrix/lambda={lam!r}"
 
@@ -206,7 +230,7 @@ class Laplace(_NoiseSpec):
 
     @validator("lam", pre=True, allow_reuse=True)
     def _lam(cls, v: Any) -> float:
-        if v is not None and v != "" and params.check_lambda(v) != 0.0:
+        if v is not None and v != "" and check_lambda(v) != 0.0:
             raise ValueError(f"the laplace mechanism is λ = 0; got lambda = {v}: use mahalanobis for λ > 0")
         return 0.0
 
@@ -221,4 +245,4 @@ class Mahalanobis(_NoiseSpec):
 
     @validator("lam", pre=True, allow_reuse=True)
     def _lam(cls, v: Any) -> float:
-        return 1.0 if v is None or v == "" else params.check_lambda(v)
+        return 1.0 if v is None or v == "" else check_lambda(v)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal
 
+from dpspark import params
 from dpspark._pydantic import Field, root_validator, validator
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
@@ -41,16 +42,6 @@ def gamma_from_beta(epsilon: float, beta: float, size: int) -> float:
 
 def _unset(v: Any) -> bool:
     return v is None or (isinstance(v, str) and v.strip() == "")
-
-
-def _number(name: str, v: Any, expected: str, ok: Any) -> float:
-    try:
-        value = math.nan if isinstance(v, bool) else float(v)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not ok(value):
-        raise ConfigError(f"{name} must be {expected}, got {v!r}")
-    return value
 
 
 class TEM(MechanismSpec):
@@ -81,13 +72,13 @@ class TEM(MechanismSpec):
     def _beta(cls, v: Any) -> float:
         if _unset(v):
             return DEFAULT_BETA
-        return _number("beta", v, "in (0, 1) (the bound on Pr[⊥])", lambda x: 0.0 < x < 1.0)
+        return params.number("beta", v, "in (0, 1) (the bound on Pr[⊥])", lambda x: 0.0 < x < 1.0)
 
     @validator("gamma", pre=True, allow_reuse=True)
     def _gamma(cls, v: Any) -> float | None:
         if _unset(v):
             return None
-        return _number(
+        return params.number(
             "gamma", v, "a positive finite number (the truncation radius)", lambda x: math.isfinite(x) and x > 0.0
         )
 

@@ -32,10 +32,10 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dpspark import params
 from dpspark._pydantic import Field, validator
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
+from dpspark.mechanisms.geometry import check_lambda
 from dpspark.mechanisms.noise import CHUNK, _NoiseSpec, prepare_rm, rm_matrix, sample_noise
 
 
@@ -207,7 +207,7 @@ class Vickrey(MechanismSpec):
 
     @validator("lam", pre=True, allow_reuse=True)
     def _lam(cls, v: Any) -> float:
-        return 0.0 if v is None or v == "" else params.check_lambda(v)
+        return 0.0 if v is None or v == "" else check_lambda(v)
 
     def axes(self) -> dict[str, float]:
         return {"t": self.t, "lambda": self.lam}

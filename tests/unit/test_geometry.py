@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.mechanisms.geometry import geometry, scaled_covariance
-from dpspark.params import check_lambda
+from dpspark.mechanisms.geometry import check_lambda, geometry, scaled_covariance
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime

@@ -181,3 +181,16 @@ def test_when_nothing_meets_the_bounds_the_hint_points_where_a_feasible_epsilon_
     assert "tem β=0.001: every ε of the grid exceeds the re-identification bound" in text and "below 1" in text
     assert "santext: no ε of the grid keeps the utility loss within the bound, up to ε = 3" in text
     assert "add larger ε" not in text
+
+
+def test_outputs_written_before_the_setting_column_name_their_settings_by_lambda():
+    """One place reads the noise family's λ out of and into setting labels (``mechanisms.noise``): calibrate,
+    the reports and the utility and risk tables of older outputs all go through it."""
+    from dpspark.mechanisms import noise
+
+    assert noise.series_of_lambda(0) == "laplace" and noise.series_of_lambda(0.5) == "mahalanobis λ=0.5"
+    vickrey = mechanisms.parse({"name": "vickrey", "epsilon": 3, "lambda": 1, "t": 0.25}).series_label()
+    assert noise.lambda_of_series(vickrey) == 1.0 and noise.lambda_of_series("laplace") == 0.0
+    assert noise.lambda_of_series("mahalanobis λ=0.25") == 0.25 and noise.lambda_of_series("tem β=0.001") is None
+    assert noise.series_of_row({"lambda": 1.0}) == "mahalanobis λ=1"
+    assert noise.series_of_row({"setting": "tem β=0.001", "lambda": None}) == "tem β=0.001"
