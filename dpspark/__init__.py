@@ -285,7 +285,7 @@ def privacy_stats(output, epsilons, lambdas=None, runs=100, **settings):  # noqa
 
 
 def evaluate_utility(output, text_column, label_column, input=None, df=None, **settings):  # noqa: A002, ANN001, ANN201
-    """Downstream utility of perturbed text (train-time and test-time) over a grid of ε and λ,
+    """Downstream utility of perturbed text (train-time and test-time) over a grid of settings,
     against the non-private baseline, on a labelled Parquet dataset (``input``) or DataFrame
     (``df``). Writes results, summary.md, plots and a manifest to ``output``; returns the
     manifest. Settings: ``dpspark.config.EvaluateUtilityConfig`` fields."""

@@ -491,7 +491,9 @@ COMMANDS: dict[str, Command] = {
         _cmd_release_vectors,
     ),
     "privacy-stats": Command(
-        "StatsConfig", "Nw/Sw plausible-deniability statistics over a grid of ε and λ", _cmd_privacy_stats
+        "StatsConfig",
+        "Nw/Sw plausible-deniability statistics over a grid of mechanisms, ε and their parameters",
+        _cmd_privacy_stats,
     ),
     "calibrate": Command(
         "CalibrateConfig", "the largest ε per λ whose worst-case Nw/Sw meet your bounds", _cmd_calibrate
@@ -503,12 +505,12 @@ COMMANDS: dict[str, Command] = {
     ),
     "evaluate-utility": Command(
         "EvaluateUtilityConfig",
-        "downstream utility of perturbed text: MLlib classifiers train-time / test-time over ε and λ",
+        "downstream utility of perturbed text: MLlib classifiers train-time / test-time over a grid of settings",
         _cmd_evaluate_utility,
     ),
     "privacy-risk": Command(
         "RiskConfig",
-        "re-identification risk: the share of corpus tokens an informed attacker recovers, per ε and λ",
+        "re-identification risk: the share of corpus tokens an informed attacker recovers, per setting",
         _cmd_privacy_risk,
     ),
     "compare": Command(

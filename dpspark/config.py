@@ -570,7 +570,7 @@ class GridSettings(Settings):
 
 
 class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings, GridSettings):
-    """Settings of ``dpspark privacy-stats`` (Nw/Sw over a grid of ε and λ)."""
+    """Settings of ``dpspark privacy-stats`` (Nw/Sw over a grid of mechanisms, ε and their parameters)."""
 
     epsilons: list[float] = Field(
         default_factory=lambda: [1.0, 5.0, 10.0, 20.0, 40.0], description="ε grid, comma-separated (1,5,10,20,40)"
