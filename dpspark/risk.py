@@ -364,6 +364,16 @@ def model_table(space: Any, setting: int, words: np.ndarray) -> dict:
     return {(setting, int(u)): [int(w) for w in words[:, p]] for p, u in enumerate(space.vocab_rows)}
 
 
+def cost_shares(n: int, closed: set[int], exact_s: float, fitted_s: float, shared_s: float) -> list[float]:
+    """Each of ``n`` settings' share of the seconds of one ``risk_rows``: the exact attacker's split over the
+    settings with a closed form (``closed``), the model attacker's and the doubled fitting runs' over the
+    others, and the draws every setting has (``shared_s``) evenly."""
+    open_ = n - len(closed)
+    return [
+        shared_s / n + (exact_s / len(closed) if i in closed else fitted_s / open_ if open_ else 0.0) for i in range(n)
+    ]
+
+
 def setting_of(row: dict) -> str:
     """The row's setting without ε (``report.series_label``; ``mechanisms.noise.series_of_row``)."""
     from dpspark.mechanisms.noise import series_of_row

@@ -348,6 +348,7 @@ def risk_rows(
     sensitive: set[int],
     doc: tuple[DataFrame, str, dict[str, int], set[int]] | None = None,
     job_key: bytes | None = None,
+    seconds: list[float] | None = None,
 ) -> tuple[list[dict], int]:
     """The figures of every setting of ``grid`` as rows (dicts; nothing written): every attacker's shares
     and 95% intervals, the strongest attacker's (``top1``, ``top5``, ``attacker``), the convergence of the
@@ -369,16 +370,25 @@ def risk_rows(
             rows of the sensitive words): the per-document exposure, ``config.doc_runs`` runs per row.
         job_key: the key of the runs' draws (default: a new one, or the seed's); a caller measuring a grid
             in parts gives each part its own.
+        seconds: filled, when given, with each setting's share of the wall time (``risk.cost_shares``), for a
+            caller that estimates the time left.
     """
     specs, mechs = grid.specs, grid.mechanisms()
     rows = np.array(sorted(prior), dtype=np.int64)
     items = plan(specs, rows, config.runs, config.words_per_task, config.runs // 2)
     job_key = job_key or new_job_key(config.seed)
+    t0 = time.perf_counter()
     exact = exact_attack(spark, bundle, mechs, prior, sensitive, config.runs)
+    t1 = time.perf_counter()
     fitted = _Fitted.measure(spark, config, items, job_key, bundle, mechs, prior, sensitive, exact)
+    t2 = time.perf_counter()
     exposure = {}
     if doc is not None:
         exposure = doc_exposures(*doc, bundle, list(range(len(specs))), config.doc_runs, job_key)
+    if seconds is not None:
+        closed = {i for i, e in exact.items() if e is not None}
+        shared = (t2 - t1 - fitted.fitted_s) + (time.perf_counter() - t2)
+        seconds[:] = risk.cost_shares(len(specs), closed, t1 - t0, fitted.fitted_s, shared)
 
     axes = report.axis_names()
     out = []
@@ -430,6 +440,7 @@ class _Fitted:
     curve: dict[int, list[dict]]
     converged: dict[int, bool | None]
     betas: dict[int, float]
+    fitted_s: float = 0.0  # seconds of the model attacker and the doubled fitting runs: the fitted settings' own
 
     @classmethod
     def measure(
@@ -454,14 +465,18 @@ class _Fitted:
         with io.SqlConf(spark, shuffle_settings(spark)):
             counts = pair_counts(spark, items, job_key, bundle).persist(StorageLevel.MEMORY_AND_DISK)  # no raw text
             try:
+                t0 = time.perf_counter()
                 model, out.betas = model_attacker(counts, fitted, mechs, prior, spark, bundle)
+                out.fitted_s += time.perf_counter() - t0
                 out.result = attack(counts, prior_df, model=model)
                 out.nw = {i: r["nw_mean"] for i, r in out.result.items()}  # Nw of the first K runs, as privacy-stats
                 for i in fitted:
                     out.curve[i].append(
                         {"fit_runs": half, "top1": out.result[i]["top1"], "top5": out.result[i]["top5"]}
                     )
+                t0 = time.perf_counter()
                 counts = out._double(spark, config, counts, items, job_key, bundle, mechs, prior, prior_df, fitted)
+                out.fitted_s += time.perf_counter() - t0
             finally:
                 counts.unpersist()
         return out

@@ -244,3 +244,12 @@ def test_more_fit_items_are_new_independent_draws_of_the_same_words():
     assert min(it.item for it in extra) > max(it.item for it in items) and all(it.runs == 10 for it in extra)
     twice = risk.more_fit_items(items + extra, {0}, 20)
     assert len(twice) == len(extra)  # one item per chunk, not one per earlier item
+
+
+def test_each_setting_is_charged_its_own_attackers_time():
+    """compare's estimate of the time left charges the exact attacker to the settings with a closed form and
+    the model attacker with its doubled runs to the others; the draws every setting has are shared evenly."""
+    shares = risk.cost_shares(4, {0, 2}, exact_s=10.0, fitted_s=30.0, shared_s=8.0)
+    assert shares == [2 + 5, 2 + 15, 2 + 5, 2 + 15] and sum(shares) == 48.0
+    assert risk.cost_shares(2, {0, 1}, 6.0, 0.0, 2.0) == [4.0, 4.0]  # no fitted setting: nothing to charge
+    assert risk.cost_shares(2, set(), 0.0, 6.0, 2.0) == [4.0, 4.0]
