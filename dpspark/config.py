@@ -875,6 +875,11 @@ class EmbeddingReportConfig(OutputSettings, EmbeddingSettings):
 
     _lam = before("lam")(lambda cls, v: check_lambda(v))
 
+    @property
+    def metric(self) -> dict[str, float]:
+        """The spectrum section's metric parameters (``dpspark.mechanisms.geometry.spectrum``'s)."""
+        return {"lam": self.lam}
+
 
 class EvaluateVectorsConfig(OutputSettings):
     """Settings of ``dpspark evaluate-vectors`` (a seeded experiment on public words)."""

@@ -15,8 +15,8 @@ This module measures that geometry on the public embedding and vocabulary alone
   mean nearest-neighbour distance of the 50 sparsest words over that of the 50
   densest (Table 5's p̄:50 needs a corpus and is not computed here);
 * the eigenvalue spectrum of the scaled covariance Σ (trace d) that the regularized
-  Mahalanobis mechanism uses, its smallest eigenvalue ξ_min and the Euclidean
-  equivalent ε factor 1/sqrt(λξ_min + 1 − λ) of Xu et al. Lemmas 2–3.
+  Mahalanobis mechanism uses, with the Euclidean-equivalent ε factor of Xu et al.
+  Lemmas 2–3 (``dpspark.mechanisms.geometry.spectrum``: the metric's own module).
 
 Pure numpy + matplotlib (Agg, through ``matplotlib.figure.Figure``: no pyplot state);
 no pyspark.
@@ -24,7 +24,6 @@ no pyspark.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 
 from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.mechanisms.geometry import check_lambda, geometry
+from dpspark.mechanisms.geometry import spectrum, spectrum_markdown, spectrum_summary
 from dpspark.outputs import check_output_dir, to_json, writing_into
 
 if TYPE_CHECKING:
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 
 KS = (1, 5, 10, 20, 50, 100)
 PERCENTILES = (5, 20, 50, 80, 95)
-LAMBDAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 TOP_N = 50  # Xu et al. Table 5: the 50 sparsest / densest words
 LIST_N = 10  # words listed by name at each end
 FILES = ("embedding_report.json", "embedding_report.md", "embedding_report.png")
@@ -137,18 +135,14 @@ def knn_distances(vectors: np.ndarray, ks: Sequence[int] = KS, rows: np.ndarray 
     return _knn(vectors, ks, rows)[0]
 
 
-def _factor(lam: float, xi_min: float) -> float:
-    return float(1.0 / math.sqrt(lam * xi_min + 1.0 - lam))
-
-
 def embedding_report(
     embeddings: Embeddings,
     vocab_rows: np.ndarray,
-    lam: float = 1.0,
     sample: int | None = 5000,
     seed: int = 0,
     *,
     vocab_source: str | None = None,
+    **metric: Any,
 ) -> dict[str, Any]:
     """Compute the report: k-NN distance percentiles, Table-5 density statistics, spectrum of Σ.
 
@@ -160,13 +154,14 @@ def embedding_report(
         embeddings: the loaded embeddings.
         vocab_rows: rows of ``embeddings`` forming the output vocabulary (as from
             dpspark.embeddings.select_vocabulary); neighbours are searched among them only.
-        lam: λ of the regularized Mahalanobis metric, for the spectrum section.
         sample: number of vocabulary words whose k-NN percentiles are computed (against
             the whole vocabulary), drawn uniformly without replacement by
             ``np.random.default_rng(seed).choice(V, sample, replace=False)``; None or
             ≥ V means every word. The Table-5 statistics always use every word.
         seed: seed of that draw.
         vocab_source: a phrase describing how the vocabulary was chosen, for the report.
+        **metric: the regularized Mahalanobis metric's parameters for the spectrum section, as
+            ``dpspark.mechanisms.geometry.spectrum`` takes them (its default when none).
 
     Returns:
         A JSON-ready dict with sections "embeddings", "vocabulary", "knn_percentiles"
@@ -174,10 +169,9 @@ def embedding_report(
         "spectrum", "noise_scale" and "timings_s".
 
     Raises:
-        ConfigError: λ outside [0, 1] or a sample size below 1.
+        ConfigError: a metric parameter out of its range, or a sample size below 1.
         EmbeddingError: a vocabulary too small for a positive-definite Σ.
     """
-    lam = check_lambda(lam)
     vocab_rows = np.asarray(vocab_rows, dtype=np.int64)
     vocab = embeddings.vectors[vocab_rows]
     n_words, dim = vocab.shape
@@ -191,14 +185,14 @@ def embedding_report(
     words = [embeddings.words[i] for i in vocab_rows]
     ks = [k for k in KS if k <= n_words - 1]
     timings: dict[str, float] = {}
-    knn_section, pct, nn_dist, nn_idx = _knn_percentiles(vocab, ks, sample, seed, timings)
     t0 = time.perf_counter()
-    spectrum = _spectrum(vocab, lam)
+    spectrum_section = spectrum(vocab, **metric)  # first: a metric parameter out of range fails before the search
     timings["spectrum"] = time.perf_counter() - t0
+    knn_section, pct, nn_dist, nn_idx = _knn_percentiles(vocab, ks, sample, seed, timings)
     medians = pct[PERCENTILES.index(50)]
     noise = {
         "meaning": (
-            "ε at which the mean noise radius of the multivariate Laplace mechanism (λ = 0), "
+            "ε at which the mean noise radius of the multivariate Laplace mechanism, "
             "E‖Z‖ = d/ε, equals the median distance to the k-th nearest neighbour: much smaller ε "
             "moves a typical word past its k nearest neighbours, much larger ε rarely moves it"
         ),
@@ -216,7 +210,7 @@ def embedding_report(
         "vocabulary": {"size": int(n_words), "source": vocab_source or "given rows of the embedding"},
         "knn_percentiles": knn_section,
         "density": _density(words, nn_dist, nn_idx),
-        "spectrum": spectrum,
+        "spectrum": spectrum_section,
         "noise_scale": noise,
         "timings_s": timings,
     }
@@ -295,25 +289,6 @@ def _density(words: list[str], nn_dist: np.ndarray, nn_idx: np.ndarray) -> dict[
     }
 
 
-def _spectrum(vocab: np.ndarray, lam: float) -> dict[str, Any]:
-    """Σ's spectrum (scaled to trace d) and the Euclidean-equivalent ε factor per λ (Xu et al. Lemmas 2–3)."""
-    xi = np.sort(geometry(vocab, lam).eigenvalues)[::-1]
-    xi_min, xi_max = float(xi[-1]), float(xi[0])
-    return {
-        "reference": "Xu et al. 2020, §3 (Σ scaled to trace d) and Lemmas 2–3 (Euclidean-equivalent ε)",
-        "lambda": lam,
-        "eigenvalues": [float(e) for e in xi],
-        "trace": float(xi.sum()),
-        "xi_max": xi_max,
-        "xi_min": xi_min,
-        "condition_number": xi_max / xi_min,
-        "participation_ratio": float(xi.sum() ** 2 / (xi**2).sum()),
-        "euclidean_epsilon_factor": [{"lambda": lm, "factor": _factor(lm, xi_min)} for lm in LAMBDAS],
-        "euclidean_epsilon_factor_at_lambda": _factor(lam, xi_min),
-        "meaning": "a run at ε with this λ is at most ε × factor differentially private in the Euclidean metric",
-    }
-
-
 def _md_word(w: str) -> str:
     return "`" + w.replace("`", "'").replace("|", "\\|") + "`"
 
@@ -386,26 +361,9 @@ def _markdown(r: dict[str, Any]) -> str:
             f"| {_md_word(s['word'])} | {s['distance']:.4f} | {_md_word(s['nearest'])} "
             f"| {_md_word(dn['word'])} | {dn['distance']:.4f} | {_md_word(dn['nearest'])} |"
         )
-    ev = sp["eigenvalues"]
     lines += [
         "",
-        "## Spectrum of the scaled covariance Σ",
-        "",
-        f"{sp['reference']}. Σ is the vocabulary's sample covariance scaled to trace d = {sp['trace']:.4g}; "
-        "an isotropic space has every eigenvalue 1.",
-        "",
-        f"- ξ_max = {sp['xi_max']:.4g}, ξ_min = {sp['xi_min']:.4g}, condition number {sp['condition_number']:.4g}",
-        f"- participation ratio (Σξ)²/Σξ² = {sp['participation_ratio']:.4g} of {len(ev)} dimensions",
-        "- largest eigenvalues: " + ", ".join(f"{x:.3g}" for x in ev[:5]),
-        "- smallest eigenvalues: " + ", ".join(f"{x:.3g}" for x in ev[-5:]),
-        "",
-        "Euclidean-equivalent ε factor 1/sqrt(λξ_min + 1 − λ): " + sp["meaning"] + ".",
-        "",
-        "| λ | " + " | ".join(f"{f['lambda']:g}" for f in sp["euclidean_epsilon_factor"]) + " |",
-        "|---|" + "---:|" * len(sp["euclidean_epsilon_factor"]),
-        "| factor | " + " | ".join(f"{f['factor']:.4g}" for f in sp["euclidean_epsilon_factor"]) + " |",
-        "",
-        f"At the chosen λ = {sp['lambda']:g}: factor {sp['euclidean_epsilon_factor_at_lambda']:.4g}.",
+        *spectrum_markdown(sp),
         "",
         "![k-NN distance percentiles and spectrum](embedding_report.png)",
         "",
@@ -504,7 +462,7 @@ def run(config: EmbeddingReportConfig) -> int:
     else:
         rows = select_vocabulary(emb, config.vocab_size)
         source = f"first {len(rows)} words of the embedding's own (frequency-ordered) vocabulary"
-    report = embedding_report(emb, rows, config.lam, sample, seed, vocab_source=source)
+    report = embedding_report(emb, rows, sample, seed, vocab_source=source, **config.metric)
     write_report(report, out_dir, overwrite=overwrite)
     if config.quiet:
         return 0
@@ -515,9 +473,6 @@ def run(config: EmbeddingReportConfig) -> int:
         f"  nearest-neighbour distance d_max/d_min = {_g(den['d_max_over_d_min'])}; "
         f"sparsest/densest {den['top_n']} = {_g(den['sparse_over_dense'])} (Xu et al. Table 5)"
     )
-    print(
-        f"  xi_min = {sp['xi_min']:.4g}, xi_max = {sp['xi_max']:.4g}; Euclidean ε factor at λ = {config.lam:g}: "
-        f"{sp['euclidean_epsilon_factor_at_lambda']:.4g}"
-    )
+    print(f"  {spectrum_summary(sp)}")
     print(f"  written to {out_dir}/ ({', '.join(FILES)})")
     return 0

@@ -81,7 +81,12 @@ class Geometry:
 
     def euclidean_epsilon(self, epsilon: float) -> float:
         """Upper bound on the Euclidean-metric ε: ε / sqrt(λξ_min + 1 − λ) (Xu et al. Lemmas 2–3)."""
-        return float(epsilon / np.sqrt(self.lam * self.xi_min + 1.0 - self.lam))
+        return float(epsilon / _rm_scale(self.lam, self.xi_min))
+
+
+def _rm_scale(lam: float, xi_min: float) -> float:
+    """sqrt(λξ_min + 1 − λ): every x has ‖x‖_RM ≤ ‖x‖₂ / this (Xu et al. Lemma 2)."""
+    return math.sqrt(lam * xi_min + 1.0 - lam)
 
 
 def geometry(vectors: np.ndarray, lam: float) -> Geometry:
@@ -109,3 +114,61 @@ def geometry(vectors: np.ndarray, lam: float) -> Geometry:
         )
     a = (q * np.sqrt(lam * xi + 1.0 - lam)) @ q.T
     return Geometry(sigma=sigma, eigenvalues=xi, eigenvectors=q, lam=lam, a=a)
+
+
+# The λ of the spectrum section's factor table (embedding-report).
+SPECTRUM_LAMBDAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def spectrum(vectors: np.ndarray, lam: float = 1.0) -> dict[str, Any]:
+    """Σ's spectrum (scaled to trace d) over ``vectors`` and the Euclidean-equivalent ε factor
+    1/sqrt(λξ_min + 1 − λ) per λ (Xu et al. Lemmas 2–3), JSON-ready: what embedding-report shows of
+    the regularized Mahalanobis metric, ``lam`` being the λ the user asks about."""
+    g = geometry(vectors, lam)
+    xi = np.sort(g.eigenvalues)[::-1]
+    xi_min, xi_max = float(xi[-1]), float(xi[0])
+    return {
+        "reference": "Xu et al. 2020, §3 (Σ scaled to trace d) and Lemmas 2–3 (Euclidean-equivalent ε)",
+        "lambda": g.lam,
+        "eigenvalues": [float(e) for e in xi],
+        "trace": float(xi.sum()),
+        "xi_max": xi_max,
+        "xi_min": xi_min,
+        "condition_number": xi_max / xi_min,
+        "participation_ratio": float(xi.sum() ** 2 / (xi**2).sum()),
+        "euclidean_epsilon_factor": [{"lambda": lm, "factor": 1.0 / _rm_scale(lm, xi_min)} for lm in SPECTRUM_LAMBDAS],
+        "euclidean_epsilon_factor_at_lambda": 1.0 / _rm_scale(g.lam, xi_min),
+        "meaning": "a run at ε with this λ is at most ε × factor differentially private in the Euclidean metric",
+    }
+
+
+def spectrum_markdown(sp: dict[str, Any]) -> list[str]:
+    """The report's section on ``spectrum``'s result, as Markdown lines."""
+    ev, factors = sp["eigenvalues"], sp["euclidean_epsilon_factor"]
+    return [
+        "## Spectrum of the scaled covariance Σ",
+        "",
+        f"{sp['reference']}. Σ is the vocabulary's sample covariance scaled to trace d = {sp['trace']:.4g}; "
+        "an isotropic space has every eigenvalue 1.",
+        "",
+        f"- ξ_max = {sp['xi_max']:.4g}, ξ_min = {sp['xi_min']:.4g}, condition number {sp['condition_number']:.4g}",
+        f"- participation ratio (Σξ)²/Σξ² = {sp['participation_ratio']:.4g} of {len(ev)} dimensions",
+        "- largest eigenvalues: " + ", ".join(f"{x:.3g}" for x in ev[:5]),
+        "- smallest eigenvalues: " + ", ".join(f"{x:.3g}" for x in ev[-5:]),
+        "",
+        "Euclidean-equivalent ε factor 1/sqrt(λξ_min + 1 − λ): " + sp["meaning"] + ".",
+        "",
+        "| λ | " + " | ".join(f"{f['lambda']:g}" for f in factors) + " |",
+        "|---|" + "---:|" * len(factors),
+        "| factor | " + " | ".join(f"{f['factor']:.4g}" for f in factors) + " |",
+        "",
+        f"At the chosen λ = {sp['lambda']:g}: factor {sp['euclidean_epsilon_factor_at_lambda']:.4g}.",
+    ]
+
+
+def spectrum_summary(sp: dict[str, Any]) -> str:
+    """One line on ``spectrum``'s result, for the command's stdout."""
+    return (
+        f"xi_min = {sp['xi_min']:.4g}, xi_max = {sp['xi_max']:.4g}; Euclidean ε factor at λ = {sp['lambda']:g}: "
+        f"{sp['euclidean_epsilon_factor_at_lambda']:.4g}"
+    )

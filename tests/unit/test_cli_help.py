@@ -212,6 +212,21 @@ def test_embedding_report_prints_its_result_under_quiet(capsys, tmp_path):
     assert captured.err == ""
 
 
+def test_embedding_report_lambda_reaches_the_spectrum_section(capsys, tmp_path):
+    import json
+    import math
+
+    out = tmp_path / "report"
+    args = ["embedding-report", "--output", str(out), "--vocab-size", "300", "--sample", "50", "--lambda", "0.5"]
+    assert main(args) == 0
+    spectrum = json.loads((out / "embedding_report.json").read_text())["spectrum"]
+    assert spectrum["lambda"] == 0.5
+    factor = spectrum["euclidean_epsilon_factor_at_lambda"]
+    assert factor == 1 / math.sqrt(0.5 * spectrum["xi_min"] + 0.5)
+    assert f"Euclidean ε factor at λ = 0.5: {factor:.4g}" in capsys.readouterr().out
+    assert f"At the chosen λ = 0.5: factor {factor:.4g}." in (out / "embedding_report.md").read_text()
+
+
 # --- the "All flags" block of docs/commands.md --------------------------------------------------------
 
 
