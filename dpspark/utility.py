@@ -3,7 +3,7 @@
 Pure numpy (and matplotlib for the plots); the Spark job is ``dpspark.spark.utility``.
 
 Xu et al. (2020) §5.2 train text classifiers on perturbed SMSSpam/Twitter data and plot
-accuracy, precision and recall against ε per λ (Figs. 6–7); Feyisetan et al. (2020) §5
+accuracy, precision and recall against ε per setting (Figs. 6–7); Feyisetan et al. (2020) §5
 separate **train-time** utility (train on perturbed text, test on plain) from
 **test-time** utility (train on plain text, test on perturbed). Each setting of the grid
 (a mechanism with its own parameters, ``report.series_label``, at one ε) is run R times
@@ -84,9 +84,9 @@ def classification_metrics(
 
 
 def setting_of(row: dict) -> str | None:
-    """The row's setting without ε (``report.series_label``, e.g. ``mahalanobis λ=1``, ``tem β=0.001``);
-    None for the baseline. Rows written before the setting column are of the noise family: λ = 0 is
-    the Laplace mechanism, λ > 0 Mahalanobis."""
+    """The row's setting without ε (``report.series_label``, e.g. ``laplace``, ``tem β=0.001``);
+    None for the baseline. Rows written before the setting column are of the noise family, named by
+    ``mechanisms.noise.series_of_row``."""
     if row["mode"] == BASELINE:
         return None
     from dpspark.mechanisms.noise import series_of_row
@@ -109,9 +109,9 @@ def summarise(rows: list[dict], metrics: Sequence[str]) -> list[dict]:
     """One row per (mode, setting, ε): for each metric its mean, 95% CI (low, high) over the repeats.
 
     ``rows``: the results, one per (mode, setting, ε, repeat), with the metric values, the
-    mechanism, the setting (``report.series_label``) and one column per grid axis (``lambda``
-    first; None where it is not the setting's); rows without ``setting`` are read as the noise
-    family's (ε, λ). The baseline row has mode ``baseline`` and no setting, ε or λ. Every
+    mechanism, the setting (``report.series_label``) and one column per grid axis
+    (``report.axis_names``; None where it is not the setting's); rows without ``setting`` are read
+    by ``setting_of``. The baseline row has mode ``baseline`` and no setting, ε or axis. Every
     metric lies in [0, 1], so the t-interval (which with R = 3 can pass those limits) is
     clipped to it. Rows come out by mode, then setting (in order of first appearance), then ε.
     """
@@ -203,7 +203,7 @@ LAPLACE = "laplace"  # the Laplace mechanism's setting (``report.series_label``)
 def against_laplace(summary: list[dict], metrics: Sequence[str]) -> list[str]:
     """Markdown lines: for each mode and each setting other than the Laplace mechanism, the
     (metric, ε) whose 95% CI does not overlap the Laplace mechanism's at the same ε (Xu et al.'s
-    claim for λ > 0 is that there are none). No lines when the grid has no Laplace setting or
+    claim for the Mahalanobis mechanism is that there are none). No lines when the grid has no Laplace setting or
     nothing else."""
     lines = []
     other_types = False
@@ -383,9 +383,6 @@ def write_plots(
     return files
 
 
-NOISE_FAMILY = ("laplace", "mahalanobis")
-
-
 def utility_loss_by_setting(
     summary: list[dict], metric: str, modes: Sequence[str] = MODES
 ) -> dict[tuple[float, str], float]:
@@ -402,14 +399,3 @@ def utility_loss_by_setting(
             loss = math.nan if base is None or value is None else base - value
             losses.setdefault((s["epsilon"], setting_of(s)), []).append(loss)
     return {key: math.nan if any(map(math.isnan, v)) else max(v) for key, v in losses.items()}
-
-
-def utility_loss(summary: list[dict], metric: str, modes: Sequence[str] = MODES) -> dict[tuple[float, float], float]:
-    """(ε, λ) → baseline minus mean ``metric``, the larger over ``modes`` present, for the noise
-    family's rows only (laplace, λ = 0, and mahalanobis; summaries written before the mechanism
-    column are all of it): what a joint calibration over (ε, λ) reads. Other mechanisms' settings
-    are in ``utility_loss_by_setting``."""
-    noise = [s for s in summary if s["mode"] == BASELINE or mechanism_of(s) in NOISE_FAMILY]
-    by_setting = utility_loss_by_setting(noise, metric, modes)
-    lam = {(s["epsilon"], setting_of(s)): s["lambda"] for s in noise if s["mode"] != BASELINE}
-    return {(e, lam[(e, setting)]): loss for (e, setting), loss in by_setting.items()}

@@ -66,9 +66,10 @@ def test_summary_of_rows_without_a_setting_reads_them_as_the_noise_family():
     md = utility.summary_md(summary, ["accuracy"], "t")
     assert "| setting \\ ε | 1 | 10 |" in md and "| mahalanobis λ=1 | 0.8300 (" in md and "baseline 0.9800" in md
     assert "same guarantee type (metric" in md
-    loss = utility.utility_loss(summary, "accuracy")
-    assert loss[(10.0, 0.0)] == pytest.approx(0.98 - 0.92)
-    assert utility.utility_loss_by_setting(summary, "accuracy")[(10.0, "laplace")] == loss[(10.0, 0.0)]
+    # Rows without a setting column are the noise family's: λ = 0 is laplace.
+    loss = utility.utility_loss_by_setting(summary, "accuracy")
+    assert loss[(10.0, "laplace")] == pytest.approx(0.98 - 0.92)
+    assert set(loss) == {(e, s) for e in (1.0, 10.0) for s in ("laplace", "mahalanobis λ=1")}
     # λ = 1 equals λ = 0 here: every interval overlaps.
     assert "- train-time, mahalanobis λ=1: none: every interval overlaps" in md
 
@@ -108,11 +109,11 @@ def test_summary_has_a_row_per_setting_and_the_noise_family_keeps_its_lambda_key
     # Each setting against laplace at the same ε: tem is far below it, vickrey equal to it.
     assert "- test-time, tem β=0.001: accuracy at ε = 1 (0.4100 vs 0.7200)" in md
     assert "- test-time, vickrey λ=0 t=0.5: none: every interval overlaps" in md
-    # The (ε, λ) losses are the noise family's alone (vickrey's λ = 0 is not laplace's point).
-    loss = utility.utility_loss(summary, "accuracy")
-    assert set(loss) == {(1.0, 0.0), (5.0, 0.0)} and loss[(1.0, 0.0)] == pytest.approx(0.98 - 0.72)
+    # One loss per (ε, setting): vickrey's λ = 0 is its own setting, not laplace's point.
     by_setting = utility.utility_loss_by_setting(summary, "accuracy")
     assert len(by_setting) == 8 and by_setting[(5.0, "tem β=0.001")] == pytest.approx(0.98 - 0.41)
+    assert by_setting[(1.0, "laplace")] == pytest.approx(0.98 - 0.72)
+    assert by_setting[(1.0, "vickrey λ=0 t=0.5")] == pytest.approx(0.98 - 0.72)
 
 
 def test_one_perturbation_per_setting_shows_means_and_compares_no_interval():

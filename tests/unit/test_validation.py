@@ -23,7 +23,7 @@ from dpspark import config
 from dpspark.cli import explain_failure, main
 from dpspark.errors import ConfigError, OutputError
 from dpspark.stats import Bounds, calibrate, joint_calibrate
-from dpspark.utility import BASELINE, utility_loss
+from dpspark.utility import BASELINE, utility_loss_by_setting
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
 pytestmark = pytest.mark.runtime
@@ -301,9 +301,9 @@ def test_utility_loss_keeps_a_nan_of_either_mode():
         {"mode": "train-time", "epsilon": 4.0, "lambda": 1.0, "accuracy_mean": 0.8},
         {"mode": "test-time", "epsilon": 4.0, "lambda": 1.0, "accuracy_mean": 0.85},
     ]
-    loss = utility_loss(summary, "accuracy")
-    assert all(math.isnan(loss[(e, 1.0)]) for e in (1.0, 2.0, 3.0))
-    assert loss[(4.0, 1.0)] == pytest.approx(0.1)
+    loss = utility_loss_by_setting(summary, "accuracy")
+    assert all(math.isnan(loss[(e, "mahalanobis λ=1")]) for e in (1.0, 2.0, 3.0))
+    assert loss[(4.0, "mahalanobis λ=1")] == pytest.approx(0.1)
 
 
 # Calibrate's reading of report files (malformed files refused, NaN figures) needs the session's file
