@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpspark.mechanisms.base import show
-from dpspark.mechanisms.noise import lambda_of_series, series_of_lambda
+from dpspark.mechanisms.noise import LEGACY_COLUMN, lambda_of_series, series_of_lambda
 from dpspark.stats import PERCENTILES, summarise
 
 SYMBOLS = {"lambda": "λ", "beta": "β", "gamma": "γ", "position_gamma": "γ_pos"}
@@ -46,7 +46,7 @@ def series_of(table: pa.Table) -> list[str]:
     """Each row's series. Tables written before the mechanism column are of the noise family:
     λ = 0 is the Laplace mechanism, λ > 0 Mahalanobis."""
     if "mechanism" not in table.column_names:
-        return [series_of_lambda(lam) for lam in table.column("lambda").to_pylist()]
+        return [series_of_lambda(lam) for lam in table.column(LEGACY_COLUMN).to_pylist()]
     axes = [a for a in axis_names() if a in table.column_names]
     values = [table.column(a).to_pylist() for a in axes]
     return [

@@ -163,10 +163,16 @@ def series_of_lambda(lam: float) -> str:
     return series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam})
 
 
+# Result tables written before the setting and mechanism columns name their rows by λ alone.
+LEGACY_COLUMN = "lambda"
+# The columns a result row's setting is read from (``series_of_row``: the first present).
+SETTING_COLUMNS = ("setting", LEGACY_COLUMN)
+
+
 def series_of_row(row: Mapping[str, Any]) -> str:
     """A result row's setting: its ``setting``, or for a row written before that column its λ's
     (``series_of_lambda``)."""
-    return row.get("setting") or series_of_lambda(row["lambda"])
+    return row.get("setting") or series_of_lambda(row[LEGACY_COLUMN])
 
 
 def lambda_of_series(series: str) -> float | None:

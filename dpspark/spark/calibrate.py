@@ -1,4 +1,4 @@
-"""``calibrate``: the ε (and λ) that meet the user's bounds, read from earlier outputs.
+"""``calibrate``: the ε (and setting) that meet the user's bounds, read from earlier outputs.
 
 One function for the ``dpspark calibrate`` command, the notebooks and the Python API
 (``dpspark.calibrate``). Two calibrations, after Xu et al. (2020):
@@ -10,7 +10,7 @@ One function for the ``dpspark calibrate`` command, the notebooks and the Python
   statistics they describe.
 * **joint bounds** (§6): a utility-loss bound (an evaluate-utility output) and/or a
   re-identification bound (a privacy-risk output), with the Nw/Sw bounds when given: the most
-  private (ε, λ) of the noise family (Laplace, λ = 0, and Mahalanobis) meeting all of them
+  private (ε, setting) that every source measured and that meets all of them
   (``dpspark.stats.joint_calibrate``). ``calibration.md``, ``calibration.json``,
   ``frontier.csv`` and ``frontier.png`` go to a new output directory with its manifest, or
   beside the statistics when this call computed them.
@@ -36,6 +36,7 @@ import dpspark
 from dpspark import report
 from dpspark.config import CalibrateConfig, StatsConfig
 from dpspark.errors import ConfigError, InputDataError
+from dpspark.mechanisms.noise import LEGACY_COLUMN, SETTING_COLUMNS
 from dpspark.outputs import to_json
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.reports import ReportOutput
@@ -66,7 +67,7 @@ def calibrate(
     spark: SparkSession | None = None,
     **settings: Any,
 ) -> dict[str, Any]:
-    """The ε (with utility or risk bounds: the (ε, λ)) that meets the bounds; writes the calibration.
+    """The ε (with utility or risk bounds: the (ε, setting)) that meets the bounds; writes the calibration.
 
     The same as ``dpspark calibrate``; the settings are ``dpspark.config.CalibrateConfig``'s
     and are checked by it.
@@ -74,7 +75,7 @@ def calibrate(
     Args:
         stats: a privacy-stats output to read; the calibration files are written into it. Without
             it (and with Nw/Sw bounds) the statistics are computed first into ``output``, with
-            the privacy-stats settings given in ``settings`` (epsilons, lambdas, runs, words, ...).
+            the privacy-stats settings given in ``settings`` (mechanisms, epsilons, grid, runs, words, ...).
         output: with utility or risk bounds and ``stats``, or without Nw/Sw bounds: the new
             directory of the calibration (``calibration.md/json``, ``frontier.csv/png``).
         max_nw_fraction: bound Nw ≤ fraction·K (default 0.5 when no Nw/Sw bound is given and no
@@ -94,10 +95,10 @@ def calibrate(
 
     Returns:
         What ``calibration.json`` holds: ``bounds`` (in words) and, with Nw/Sw bounds only,
-        ``per_setting`` (per setting its mechanism, λ, largest ε meeting the bounds or None, the
-        statistics checked) and ``best`` (setting, mechanism, lambda, epsilon), or, with utility
-        or risk bounds, ``rows`` (one per (ε, λ): the figures, ``met``, ``frontier``) and
-        ``best`` (epsilon, lambda). ``best`` is None when nothing meets the bounds.
+        ``per_setting`` (per setting its mechanism and parameters, largest ε meeting the bounds or
+        None, the statistics checked) and ``best`` (its setting, mechanism and ε), or, with utility
+        or risk bounds, ``rows`` (one per (ε, setting): the figures, ``met``, ``frontier``) and
+        ``best``. ``best`` is None when nothing meets the bounds.
 
     Raises:
         ConfigError: a setting is invalid, or a bound can never be met.
@@ -204,11 +205,12 @@ def read_table(
     producer: str,
     columns: tuple[str, ...],
     finite: tuple[str, ...],
+    naming: tuple[str, ...] = SETTING_COLUMNS,
 ) -> pa.Table:
     """The table ``name`` of a ``producer`` output (given as ``flag``), read through the session's
-    file system and checked: a readable Parquet file with ``columns``, at least one row, and finite
-    ``finite`` columns on every row measured at a grid point (evaluate-utility's baseline row has
-    no (ε, λ))."""
+    file system and checked: a readable Parquet file with ``columns`` and one of the ``naming``
+    columns that each row's setting is read from, at least one row, and finite ``finite`` columns on every row
+    measured at a grid point (evaluate-utility's baseline row has no setting or ε)."""
     from dpspark.utility import BASELINE
 
     path = f"{directory.rstrip('/')}/{name}"
@@ -220,6 +222,8 @@ def read_table(
     except pa.ArrowException as exc:
         raise InputDataError(f"{path} cannot be read as Parquet ({exc}): {fix}") from None
     missing = [col for col in columns if col not in table.column_names]
+    if not any(col in table.column_names for col in naming):
+        missing.append(" or ".join(naming))
     if missing:
         raise InputDataError(f"{path} lacks the column(s) {', '.join(missing)}: {fix}, as {producer} writes it")
     if table.num_rows == 0:
@@ -236,8 +240,9 @@ def read_table(
 
 def _nw_sw(fs: FileSystem, stats_dir: str, bounds: Bounds, min_sw: float | None) -> tuple[dict, str]:
     """The Nw/Sw calibration of the statistics in ``stats_dir`` and its bounds in words."""
-    columns, finite = ("epsilon", "lambda", "nw", "sw", "runs"), ("epsilon", "runs")
-    per_word = read_table(fs, stats_dir, "per_word.parquet", "--stats", "privacy-stats", columns, finite)
+    columns, finite = ("epsilon", "nw", "sw", "runs"), ("epsilon", "runs")
+    naming = ("mechanism", LEGACY_COLUMN)  # report.series_of: the mechanism and its axes
+    per_word = read_table(fs, stats_dir, "per_word.parquet", "--stats", "privacy-stats", columns, finite, naming)
     table = report.grid(per_word)
     check_min_sw(min_sw, [k for _, _, k in table.values()], f"read from {stats_dir.rstrip('/')}/per_word.parquet")
     shown = "worst case" if bounds.percentile == 100 else f"{bounds.percentile:g}th percentile"
@@ -261,8 +266,7 @@ def _joint(fs: FileSystem, c: CalibrateConfig, nw_result: dict | None, nw_text: 
     points: dict[tuple[float, str], dict] = {}
     sources = []
     if c.utility:
-        # Every output names its setting by its λ column at least (null for mechanisms without one).
-        columns = ("mode", "epsilon", "lambda")
+        columns = ("mode", "epsilon")
         table = read_table(fs, c.utility, "summary.parquet", "--utility", "evaluate-utility", columns, ("epsilon",))
         summary = table.to_pylist()
         if sum(s["mode"] == utility.BASELINE for s in summary) != 1:
@@ -277,7 +281,7 @@ def _joint(fs: FileSystem, c: CalibrateConfig, nw_result: dict | None, nw_text: 
             points.setdefault(key, {})["utility_loss"] = loss
         sources.append("utility")
     if c.risk:
-        columns = ("epsilon", "lambda", "top1")
+        columns = ("epsilon", "top1")
         risk = read_table(fs, c.risk, "risk.parquet", "--risk", "privacy-risk", columns, ("epsilon",))
         for r in risk.to_pylist():
             points.setdefault((r["epsilon"], risk_report.setting_of(r)), {})["reidentification"] = r["top1"]
@@ -293,7 +297,7 @@ def _joint(fs: FileSystem, c: CalibrateConfig, nw_result: dict | None, nw_text: 
     if not points:
         raise InputDataError(
             f"the {', '.join(sources)} outputs share no setting and ε: run them over the same grid (--mechanisms, "
-            "--epsilons, --grid / --lambdas)"
+            "--epsilons, --grid)"
         )
     result = joint_calibrate(points, c.max_utility_loss, c.max_reidentification)
     parts = [nw_text] if nw_text else []

@@ -214,6 +214,22 @@ def test_a_min_sw_of_k_is_a_bound_and_the_table_prints_under_quiet(spark, capsys
 # --- a new output -----------------------------------------------------------------------------------
 
 
+def test_a_risk_table_named_by_its_setting_column_alone_is_read(spark, tmp_path):
+    # Settings without a λ (tem β=…) need no λ column: the setting column names the rows.
+    risk, out = tmp_path / "r", tmp_path / "cal"
+    risk.mkdir()
+    pq.write_table(
+        pa.table({"epsilon": [1.0, 2.0], "setting": ["tem β=0.001"] * 2, "mechanism": ["tem"] * 2, "top1": [0.5, 0.1]}),
+        risk / "risk.parquet",
+    )
+    write_manifest(risk, "privacy-risk")
+    assert (
+        main(["calibrate", "--risk", str(risk), "--max-reidentification", "0.2", "--output", str(out), "--quiet"]) == 0
+    )
+    best = json.loads((out / "calibration.json").read_text())["best"]
+    assert (best["epsilon"], best["setting"], best["mechanism"], best["lambda"]) == (2.0, "tem β=0.001", "tem", None)
+
+
 def test_a_joint_calibration_is_a_new_output_with_its_manifest(spark, tmp_path, capsys):
     risk, out = tmp_path / "r", tmp_path / "cal"
     write_risk(risk, [0.5, 0.1, 0.6])
@@ -355,9 +371,9 @@ def spoil(path: Path, how: str) -> str:
     if how == "not parquet":
         path.write_text("epsilon,lambda\n1,1\n")
         return "cannot be read as Parquet"
-    if how == "missing column":
-        pq.write_table(table.drop(["lambda"]), path)
-        return "lacks the column(s) lambda"
+    if how == "missing column":  # no column names the rows' settings
+        pq.write_table(table.drop([c for c in ("setting", "mechanism", "lambda") if c in table.column_names]), path)
+        return "or lambda"
     if how == "no rows":
         pq.write_table(table.slice(0, 0), path)
         return "has no rows"
