@@ -126,6 +126,9 @@ def _metavar(name: str, alias: str | None, annotation: Any) -> str | None:
         return "{" + ",".join(choices) + "}"
     if name in HELP_METAVARS:
         return HELP_METAVARS[name]
+    plain = _plain(annotation)
+    if typing.get_origin(plain) is list and typing.get_args(plain) == (float,):
+        return "FLOAT[,FLOAT...]"
     return {int: "N", float: "FLOAT"}.get(kind, (alias or name).upper())
 
 

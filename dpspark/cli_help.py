@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dpspark.config import mechanism_parameter_fields
 from dpspark.embeddings import DEFAULT_EMBEDDINGS
+from dpspark.mechanisms.noise import LEGACY_GRID_FIELDS
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     # group title -> its fields, in the order they are listed
@@ -45,7 +46,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "grid and words measured": (
         "mechanisms",
         "epsilons",
-        "lambdas",
+        *LEGACY_GRID_FIELDS,
         "grid",
         "runs",
         "words",
@@ -95,7 +96,7 @@ _EXPERIMENT = dict.fromkeys(("epsilons", "runs", "delta", "seed"), "evaluation")
 HELP_GROUP_OF: dict[str, dict[str, str]] = {
     "EvaluateUtilityConfig": {"mode": "evaluation"},
     "CompareConfig": {"mode": "evaluation"},
-    "EmbeddingReportConfig": {"lam": "evaluation", "seed": "evaluation"},
+    "EmbeddingReportConfig": {"seed": "evaluation"},
     "EvaluateVectorsConfig": _EXPERIMENT,
     "StatsConfig": {"seed": "grid and words measured", "columns": "grid and words measured"},
     "CalibrateConfig": {"seed": "grid and words measured", "columns": "grid and words measured"},
@@ -111,7 +112,7 @@ HELP_TITLES: dict[str, dict[str, str]] = {
         # Spark is not among them: the session's file system reads --stats and writes the calibration.
     },
     "EvaluateVectorsConfig": {"evaluation": "experiment (seeded, on public words)"},
-    "EmbeddingReportConfig": {"evaluation": "report"},
+    "EmbeddingReportConfig": {"evaluation": "report", "mechanism": "metric of the spectrum section"},
 }
 
 # Per command: the settings it cannot run without (given as flags or in --config); a tuple of
@@ -157,8 +158,4 @@ HELP_METAVARS: dict[str, str] = {
     "text_column": "COL",
     "label_column": "COL",
     "utility_metric": "METRIC",
-    "epsilons": "FLOAT[,FLOAT...]",
-    "lambdas": "FLOAT[,FLOAT...]",
-    "betas": "FLOAT[,FLOAT...]",
-    "class_epsilons": "FLOAT[,FLOAT...]",
 }

@@ -163,6 +163,8 @@ def series_of_lambda(lam: float) -> str:
     return series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam})
 
 
+# The grid commands' flag of the noise family's λ grid (``--lambdas``; ``--grid lambda=…`` says the same).
+LEGACY_GRID_FIELDS = ("lambdas",)
 # Result tables written before the setting and mechanism columns name their rows by λ alone.
 LEGACY_COLUMN = "lambda"
 # The columns a result row's setting is read from (``series_of_row``: the first present).
