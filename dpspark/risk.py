@@ -72,6 +72,7 @@ import numpy as np
 from dpspark.engine import exact_attack as ea
 from dpspark.engine import fold
 from dpspark.mechanisms.base import WordMechanism
+from dpspark.mechanisms.noise import series_of_row
 
 FIT_HALF, SCORE_HALF = 0, 1
 TOP = ea.TOP
@@ -374,21 +375,14 @@ def cost_shares(n: int, closed: set[int], exact_s: float, fitted_s: float, share
     ]
 
 
-def setting_of(row: dict) -> str:
-    """The row's setting without ε (``report.series_label``; ``mechanisms.noise.series_of_row``)."""
-    from dpspark.mechanisms.noise import series_of_row
-
-    return series_of_row(row)
-
-
 def summary_md(rows: list[dict], title: str, notes: list[str]) -> str:
     """Tables with a row per setting (mechanism and its own parameters), columns ε, of every share (as
     percentages) and of the mean Nw."""
     from dpspark.report import guarantee_note
 
     eps = sorted({r["epsilon"] for r in rows})
-    settings = list(dict.fromkeys(setting_of(r) for r in rows))
-    by = {(r["epsilon"], setting_of(r)): r for r in rows}
+    settings = list(dict.fromkeys(series_of_row(r) for r in rows))
+    by = {(r["epsilon"], series_of_row(r)): r for r in rows}
 
     def cells(series: str, text: Callable[[dict], str]) -> str:
         return " | ".join(text(by[(e, series)]) if (e, series) in by else "–" for e in eps)
@@ -432,7 +426,7 @@ def summary_md(rows: list[dict], title: str, notes: list[str]) -> str:
     lines += ["| setting \\ ε | " + " | ".join(f"{e:g}" for e in eps) + " |", "|---|" + "---|" * len(eps)]
     for series in settings:
         lines.append(f"| {series} | " + cells(series, lambda r: f"{r['nw_mean']:.2f}") + " |")
-    lines += ["", *guarantee_note(sorted({setting_of(r).split()[0] for r in rows}))]
+    lines += ["", *guarantee_note(sorted({series_of_row(r).split()[0] for r in rows}))]
     return "\n".join(lines) + "\n"
 
 
@@ -462,8 +456,8 @@ def figure(  # noqa: ANN201
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2, sharey=True)
     eps = sorted({r["epsilon"] for r in rows})
-    for series in dict.fromkeys(setting_of(r) for r in rows):
-        pts = sorted((r for r in rows if setting_of(r) == series), key=lambda r: r["epsilon"])
+    for series in dict.fromkeys(series_of_row(r) for r in rows):
+        pts = sorted((r for r in rows if series_of_row(r) == series), key=lambda r: r["epsilon"])
         x = [r["epsilon"] for r in pts]
         line = axes[0].plot(x, [r["top1"] for r in pts], marker="o", label=f"{series}, top-1 guess")[0]
         axes[0].plot(

@@ -36,7 +36,7 @@ import dpspark
 from dpspark import report
 from dpspark.config import CalibrateConfig, StatsConfig
 from dpspark.errors import ConfigError, InputDataError
-from dpspark.mechanisms.noise import LEGACY_COLUMN, SETTING_COLUMNS
+from dpspark.mechanisms.noise import LEGACY_COLUMN, SETTING_COLUMNS, series_of_row
 from dpspark.outputs import to_json
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.reports import ReportOutput
@@ -260,7 +260,6 @@ def _nw_sw(fs: FileSystem, stats_dir: str, bounds: Bounds, min_sw: float | None)
 def _joint(fs: FileSystem, c: CalibrateConfig, nw_result: dict | None, nw_text: str) -> tuple[dict, str]:
     """Utility / re-identification bounds (with the Nw/Sw ones when given): Xu et al. §6, over every
     setting (mechanism and its own parameters) and ε that each source measured."""
-    from dpspark import risk as risk_report
     from dpspark import utility
 
     points: dict[tuple[float, str], dict] = {}
@@ -284,7 +283,7 @@ def _joint(fs: FileSystem, c: CalibrateConfig, nw_result: dict | None, nw_text: 
         columns = ("epsilon", "top1")
         risk = read_table(fs, c.risk, "risk.parquet", "--risk", "privacy-risk", columns, ("epsilon",))
         for r in risk.to_pylist():
-            points.setdefault((r["epsilon"], risk_report.setting_of(r)), {})["reidentification"] = r["top1"]
+            points.setdefault((r["epsilon"], series_of_row(r)), {})["reidentification"] = r["top1"]
         sources.append("risk")
     if nw_result is not None:
         for row in nw_result["per_setting"]:

@@ -223,10 +223,10 @@ class Comparison:
             self.step, self.chunk_started = f"{stage}: re-identification of {len(chunk)} settings", time.monotonic()
             t0 = time.perf_counter()
             describe(self.spark, "compare", self.step, self.out.run_id)
-            shares: list[float] = []
-            risks = self.reidentification(chunk, shares)
+            risks, shares = self.reidentification(chunk)
             spent = time.perf_counter() - t0
-            shares = [spent * x / (sum(shares) or 1.0) for x in shares] or [spent / len(chunk)] * len(chunk)
+            total = sum(shares) or 1.0  # the chunk's own wall time, split as the attackers took it
+            shares = [spent * x / total for x in shares]
             self.add_time(f"{phase}_reidentification_s", spent)
             for prep, risk_row, risk_share in zip(chunk, risks, shares):
                 t0 = time.perf_counter()
@@ -514,11 +514,11 @@ class Comparison:
             "dictionary": fm.english_words(fallback=self.emb.words).source,
         }
 
-    def reidentification(self, preps: list[Prepared], seconds: list[float] | None = None) -> list[dict[str, Any]]:
+    def reidentification(self, preps: list[Prepared]) -> tuple[list[dict[str, Any]], list[float]]:
         """The privacy-risk engine's figures of ``specs`` (``dpspark.spark.risk.risk_rows``): the strongest
         known attacker's top-1 and top-5 with 95% intervals, the unchanged share, Nw, and with
-        ``--sensitive-words`` the per-document exposure; ``seconds``: filled with each setting's share of
-        the time (``risk.cost_shares``: the exact attacker to its settings, the fitted one to its own)."""
+        ``--sensitive-words`` the per-document exposure; and each setting's share of the seconds
+        (``risk.cost_shares``: the exact attacker's to its settings, the fitted one's to its own)."""
         from dpspark.spark.risk import risk_rows
 
         c = self.config
@@ -530,14 +530,15 @@ class Comparison:
         self.ships.append(resources.ship(self.spark, lambda d: grid.write_bundle(d, c.embeddings_dir)))
         doc = (self.df, c.text_column, self.token_rows, self.sensitive) if self.sensitive else None
         key = derive_key(self.master, "reidentification", *(setting_key(s) for s in specs))  # a part's own draws
-        rows, _ = risk_rows(self.spark, c, grid, self.ships[-1].name, self.prior, self.sensitive, doc, key, seconds)
+        rows, _, seconds = risk_rows(self.spark, c, grid, self.ships[-1].name, self.prior, self.sensitive, doc, key)
         keep = [f"{k}{t}" for k in ("top1", "top5", "unchanged") for t in ("", "_lo", "_hi")]
         keep += ["attacker", "attacker_top5", "likelihood", "converged", "fit_runs"]
         keep += [f"doc_exposure{t}" for t in ("", "_lo", "_hi")] + ["doc_rows"]
-        return [
+        figures = [
             {**{k: r[k] for k in keep if k in r}, "nw_fraction": r["nw_mean"] / c.runs, "nw_mean": r["nw_mean"]}
             for r in rows
         ]
+        return figures, seconds
 
     def mldp(self, prep: Prepared, utility_value: float, text: dict[str, float]) -> dict[str, Any]:
         """MLDP's Nw and Sw (``mldp_words`` words × ``mldp_trials`` trials, Sw without the word itself) on

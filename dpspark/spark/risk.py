@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -348,11 +348,11 @@ def risk_rows(
     sensitive: set[int],
     doc: tuple[DataFrame, str, dict[str, int], set[int]] | None = None,
     job_key: bytes | None = None,
-    seconds: list[float] | None = None,
-) -> tuple[list[dict], int]:
+) -> Measured:
     """The figures of every setting of ``grid`` as rows (dicts; nothing written): every attacker's shares
     and 95% intervals, the strongest attacker's (``top1``, ``top5``, ``attacker``), the convergence of the
-    fitted likelihoods and, with ``doc``, the per-document exposure; and the number of draws.
+    fitted likelihoods and, with ``doc``, the per-document exposure; the number of draws; and each
+    setting's share of the wall time (``risk.cost_shares``), for a caller that estimates the time left.
 
     1. K runs per corpus word (``plan``), K/2 to fit the attack and K/2 to score it.
     2. Settings with exact likelihoods (``distribution``): the exact attacker, exact shares
@@ -370,8 +370,6 @@ def risk_rows(
             rows of the sensitive words): the per-document exposure, ``config.doc_runs`` runs per row.
         job_key: the key of the runs' draws (default: a new one, or the seed's); a caller measuring a grid
             in parts gives each part its own.
-        seconds: filled, when given, with each setting's share of the wall time (``risk.cost_shares``), for a
-            caller that estimates the time left.
     """
     specs, mechs = grid.specs, grid.mechanisms()
     rows = np.array(sorted(prior), dtype=np.int64)
@@ -385,10 +383,9 @@ def risk_rows(
     exposure = {}
     if doc is not None:
         exposure = doc_exposures(*doc, bundle, list(range(len(specs))), config.doc_runs, job_key)
-    if seconds is not None:
-        closed = {i for i, e in exact.items() if e is not None}
-        shared = (t2 - t1 - fitted.fitted_s) + (time.perf_counter() - t2)
-        seconds[:] = risk.cost_shares(len(specs), closed, t1 - t0, fitted.fitted_s, shared)
+    closed = {i for i, e in exact.items() if e is not None}
+    shared = (t2 - t1 - fitted.fitted_s) + (time.perf_counter() - t2)
+    seconds = risk.cost_shares(len(specs), closed, t1 - t0, fitted.fitted_s, shared)
 
     axes = report.axis_names()
     out = []
@@ -420,7 +417,15 @@ def risk_rows(
             row["doc_exposure_exact"] = is_exact
         out.append(row)
     draws = sum(len(it.rows) * it.runs for it in items)  # the fitting runs added included
-    return out, draws
+    return Measured(out, draws, seconds)
+
+
+class Measured(NamedTuple):
+    """``risk_rows``' result: a row per setting, the draws made, each setting's share of the seconds."""
+
+    rows: list[dict]
+    draws: int
+    seconds: list[float]
 
 
 def _point(fit_runs: int, result: dict) -> dict:
@@ -568,7 +573,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             index = {t: emb.word_index[t] for t in corpus.tokens if t in emb.word_index}
             listed = {emb.word_index[w] for w in corpus.listed if w in emb.word_index}
             doc = (df, config.text_column, index, listed & set(index.values()))
-        table_rows, draws = risk_rows(spark, config, grid, shipment.name, corpus.prior, corpus.sensitive, doc)
+        table_rows, draws, _ = risk_rows(spark, config, grid, shipment.name, corpus.prior, corpus.sensitive, doc)
         risk_s = time.perf_counter() - t0
         pq.write_table(pa.Table.from_pylist(table_rows), out.local / "risk.parquet")
         notes = _notes(config, specs, len(vocab_rows), corpus, table_rows)
