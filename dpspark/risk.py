@@ -365,6 +365,15 @@ def model_table(space: Any, setting: int, words: np.ndarray) -> dict:
     return {(setting, int(u)): [int(w) for w in words[:, p]] for p, u in enumerate(space.vocab_rows)}
 
 
+def model_rows(space: Any, words: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``model_table``'s guesses as columns (output u, word, rank from 1), by u then rank: the rows a
+    backend joins the scoring runs with."""
+    order = np.argsort(space.vocab_rows, kind="stable")
+    k = words.shape[0]
+    outputs = np.repeat(space.vocab_rows[order], k)
+    return outputs, np.ascontiguousarray(words[:, order].T).reshape(-1), np.tile(np.arange(1, k + 1), len(order))
+
+
 def cost_shares(n: int, closed: set[int], exact_s: float, fitted_s: float, shared_s: float) -> list[float]:
     """Each of ``n`` settings' share of the seconds of one ``risk_rows``: the exact attacker's split over the
     settings with a closed form (``closed``), the model attacker's and the doubled fitting runs' over the

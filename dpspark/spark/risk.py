@@ -96,7 +96,7 @@ def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bund
 
 
 def attack(
-    counts: DataFrame, prior: DataFrame, top: int = risk.TOP, model: DataFrame | None = None
+    counts: DataFrame, prior: DataFrame, top: int = risk.TOP, model: tuple[DataFrame, set[int]] | None = None
 ) -> dict[int, dict[str, Any]]:
     """``dpspark.risk.reidentification`` with DataFrames: fitted on ``risk.FIT_HALF``, scored on ``risk.SCORE_HALF``.
 
@@ -107,7 +107,8 @@ def attack(
     Args:
         counts: (half, setting, word, output, count).
         prior: (word, f: its token count, sensitive: boolean).
-        model: the model attacker's guesses (setting, output, word, rank) for the settings that have one.
+        model: the model attacker's guesses (setting, output, word, rank) and the settings they are of
+            (``model_attacker``).
     """
     keys = ["setting"]
     fit = counts.filter(F.col("half") == risk.FIT_HALF).drop("half")
@@ -129,13 +130,15 @@ def attack(
     rank = F.when(F.col("seen").isNull(), F.when(F.col("output") == F.col("word"), F.lit(1))).otherwise(F.col("rank"))
     hits = {"unchanged": F.col("output") == F.col("word"), "bayes_top1": rank == 1, "bayes_top5": rank <= top}
     if model is not None:
-        m = model.select(*[F.col(k).alias(f"m_{k}") for k in [*keys, "output", "word"]], F.col("rank").alias("m_rank"))
+        m = model[0].select(
+            *[F.col(k).alias(f"m_{k}") for k in [*keys, "output", "word"]], F.col("rank").alias("m_rank")
+        )
         scored = scored.join(F.broadcast(m), [scored[k] == m[f"m_{k}"] for k in [*keys, "output", "word"]], "left")
         hits.update({"model_top1": F.col("m_rank") == 1, "model_top5": F.col("m_rank") <= top})
     sums = [F.sum("count").alias("n")]
     sums += [F.sum(F.when(h, F.col("count")).otherwise(0)).alias(name) for name, h in hits.items()]
     per_word = scored.groupBy(*keys, "word").agg(*sums).orderBy(*keys, "word").collect()
-    model_settings = set() if model is None else {r["setting"] for r in model.select("setting").distinct().collect()}
+    model_settings = set() if model is None else model[1]
     tables: dict[int, dict[str, list]] = {}
     for r in per_word:
         t = tables.setdefault(r["setting"], {})
@@ -163,11 +166,12 @@ def attack(
 
 def model_attacker(
     counts: DataFrame, settings: set[int], mechanisms: list, prior: dict[int, float], spark: SparkSession, bundle: str
-) -> tuple[DataFrame | None, dict[int, float]]:
-    """The model attacker of ``settings`` as a DataFrame of guesses (setting, output, word, rank), and each
-    setting's β. β is fitted on the driver (``risk.fit_beta`` on the fitted runs of ``risk.model_words``,
-    collected: counts of public-noise draws, no text); the guesses are folded on the executors, one task
-    per (setting, span of corpus words), as the exact attacker's (``guesses_on_executors``)."""
+) -> tuple[tuple[DataFrame, set[int]] | None, dict[int, float]]:
+    """The model attacker of ``settings`` as a DataFrame of guesses (setting, output, word, rank) with the
+    settings it covers, and each setting's β. β is fitted on the driver (``risk.fit_beta`` on the fitted
+    runs of ``risk.model_words``, collected: counts of public-noise draws, no text); the guesses are
+    folded on the executors, one task per (setting, span of corpus words), as the exact attacker's
+    (``guesses_on_executors``)."""
     if not settings:
         return None, {}
     words = [int(w) for w in risk.model_words(np.array(sorted(prior), dtype=np.int64))]
@@ -185,13 +189,21 @@ def model_attacker(
     best = guesses_on_executors(
         spark, items, lambda mech, s: ea.model_scores(mech.space, betas[s], corpus), bundle, corpus, "model attacker"
     )
-    cols: dict[str, list] = {"setting": [], "output": [], "word": [], "rank": []}
+    parts = []
     for s in sorted(settings):
-        for (_, u), ws in sorted(risk.model_table(mechanisms[s].space, s, best[s].word).items()):
-            for i, w in enumerate(ws):
-                cols["setting"].append(s), cols["output"].append(u), cols["word"].append(w), cols["rank"].append(i + 1)
-    table = pa.table({k: pa.array(v, pa.int32() if k == "rank" else pa.int64()) for k, v in cols.items()})
-    return arrow_frame(spark, table), betas  # V·top rows per setting
+        outputs, guessed, ranks = risk.model_rows(mechanisms[s].space, best[s].word)
+        parts.append(
+            pa.table(
+                {
+                    "setting": pa.array(np.full(len(outputs), s, dtype=np.int64)),
+                    "output": pa.array(outputs.astype(np.int64)),
+                    "word": pa.array(guessed.astype(np.int64)),
+                    "rank": pa.array(ranks.astype(np.int32)),
+                }
+            )
+        )
+    table = pa.concat_tables(parts)
+    return (arrow_frame(spark, table), set(settings)), betas  # V·top rows per setting
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:

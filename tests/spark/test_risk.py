@@ -43,8 +43,8 @@ def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tm
     )
     mechs = grid.mechanisms()
     noisy = {0, 1, 2, 3}  # laplace and vickrey: no closed form
-    model_df, betas = model_attacker(counts, noisy, mechs, prior, spark, ship.name)
-    on_spark = attack(counts, prior_df, model=model_df)
+    model, betas = model_attacker(counts, noisy, mechs, prior, spark, ship.name)
+    on_spark = attack(counts, prior_df, model=model)
     counts.unpersist()
     ship.close()
     fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], b"k" * 16, mechs)

@@ -190,6 +190,19 @@ def test_model_guesses_with_the_true_beta_are_the_exact_attacker(world):
         assert row[f"model_{k}_lo"] <= exact[k] <= row[f"model_{k}_hi"], k
 
 
+def test_model_rows_are_the_model_table_as_columns():
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(3)
+    space = SimpleNamespace(vocab_rows=rng.permutation(10**6)[:300])  # a word-list vocabulary: not in row order
+    words = rng.integers(0, 10**6, size=(5, len(space.vocab_rows)))
+    table = risk.model_table(space, 0, words)
+    outputs, guessed, ranks = risk.model_rows(space, words)
+    rows = list(zip(outputs.tolist(), guessed.tolist(), ranks.tolist()))
+    want = [(u, w, i + 1) for (_, u), ws in sorted(table.items()) for i, w in enumerate(ws)]
+    assert rows == want
+
+
 # --- per-document exposure ------------------------------------------------------------------------
 
 
