@@ -43,8 +43,8 @@ def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tm
     )
     mechs = grid.mechanisms()
     noisy = {0, 1, 2, 3}  # laplace and vickrey: no closed form
-    model, betas = model_attacker(counts, noisy, mechs, prior, spark, ship.name)
-    on_spark = attack(counts, prior_df, model=model)
+    guesses, betas = model_attacker(counts, noisy, mechs, prior, spark, ship.name)
+    on_spark = attack(counts, prior_df, model=guesses)
     counts.unpersist()
     ship.close()
     fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], b"k" * 16, mechs)
