@@ -81,20 +81,41 @@ class FileSystem:
         return bool(fs.exists(p))
 
     def is_dir(self, path: str) -> bool:
+        """True when ``path`` is a directory; False when it is a file or missing, also when another run
+        removes it while this one asks (a lock file comes and goes)."""
         if self.local:
             return Path(path).is_dir()
         fs, p = self._hadoop(path)
-        return bool(fs.exists(p)) and bool(fs.getFileStatus(p).isDirectory())
+        try:
+            return bool(fs.getFileStatus(p).isDirectory())
+        except Exception as exc:  # noqa: BLE001 - py4j wraps java.io.FileNotFoundException
+            if _missing(exc):
+                return False
+            raise
 
     def list(self, path: str) -> list[tuple[str, float]]:
-        """(name, modification time in seconds) of the children of a directory; [] if it is missing."""
+        """(name, modification time in seconds) of the children of a directory; [] if it is missing (or
+        is removed while this lists it); a child removed meanwhile is left out."""
         if self.local:
-            d = Path(path)
-            return [(c.name, c.lstat().st_mtime) for c in d.iterdir()] if d.is_dir() else []
+            out = []
+            try:
+                children = list(Path(path).iterdir())
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            for c in children:
+                try:
+                    out.append((c.name, c.lstat().st_mtime))
+                except FileNotFoundError:
+                    continue
+            return out
         fs, p = self._hadoop(path)
-        if not fs.exists(p):
-            return []
-        return [(s.getPath().getName(), s.getModificationTime() / 1000.0) for s in fs.listStatus(p)]
+        try:
+            statuses = fs.listStatus(p)
+        except Exception as exc:  # noqa: BLE001 - py4j wraps java.io.FileNotFoundException
+            if _missing(exc):
+                return []
+            raise
+        return [(s.getPath().getName(), s.getModificationTime() / 1000.0) for s in statuses]
 
     def size(self, path: str) -> int:
         """Total bytes under ``path``."""
@@ -278,3 +299,8 @@ class FileSystem:
             fs.delete(probe, False)
         except Exception as exc:  # PermissionError locally; py4j wraps the Java IOException
             raise OSError(f"{path} cannot be written ({str(exc).splitlines()[0]})") from None
+
+
+def _missing(exc: Exception) -> bool:
+    """A Hadoop call's error for a path that is not there (what py4j's message of it names)."""
+    return "FileNotFoundException" in str(exc)

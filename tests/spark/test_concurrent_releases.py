@@ -426,3 +426,37 @@ def test_overlapping_sql_settings_of_two_threads_restore_the_sessions_value(spar
     for t in threads:
         t.join()
     assert spark.conf.get(key, None) == original
+
+
+@pytest.mark.runtime
+def test_a_path_removed_while_the_file_system_looks_at_it_reads_as_missing(spark, monkeypatch, tmp_path):
+    """Another run's lock file comes and goes: a path that vanishes between Hadoop's calls is no
+    directory and has no children (was: a Py4JJavaError of getFileStatus, seen in a release race)."""
+    fs = io.FileSystem(spark)
+    lock, folder = tmp_path / "lock", tmp_path / "folder"
+    hadoop = fs._hadoop
+
+    class Vanishing:  # the real Hadoop file system; the path goes after its existence was asked
+        def __init__(self, real) -> None:  # noqa: ANN001
+            self.real = real
+
+        def __getattr__(self, name: str):  # noqa: ANN204
+            def call(*args):  # noqa: ANN002, ANN202
+                if name != "exists":
+                    shutil.rmtree(folder, ignore_errors=True)
+                    lock.unlink(missing_ok=True)
+                return getattr(self.real, name)(*args)
+
+            return call
+
+    monkeypatch.setattr(fs, "_hadoop", lambda path: (Vanishing(hadoop(path)[0]), hadoop(path)[1]))
+    for make in (lambda: lock.write_text("x"), lambda: folder.mkdir()):
+        make()
+        assert fs.is_dir(str(lock)) is False and fs.is_dir(str(folder)) is False
+    folder.mkdir()
+    (folder / "a").write_text("x")
+    assert fs.list(str(folder)) == []
+    monkeypatch.undo()
+    folder.mkdir()
+    (folder / "a").write_text("x")
+    assert fs.is_dir(str(folder)) and [n for n, _ in fs.list(str(folder))] == ["a"]
