@@ -96,7 +96,7 @@ def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bund
 
 
 def attack(
-    counts: DataFrame, prior: DataFrame, top: int = risk.TOP, model: tuple[DataFrame, set[int]] | None = None
+    counts: DataFrame, prior: DataFrame, top: int = risk.TOP, model: Guesses | None = None
 ) -> dict[int, dict[str, Any]]:
     """``dpspark.risk.reidentification`` with DataFrames: fitted on ``risk.FIT_HALF``, scored on ``risk.SCORE_HALF``.
 
@@ -130,7 +130,7 @@ def attack(
     rank = F.when(F.col("seen").isNull(), F.when(F.col("output") == F.col("word"), F.lit(1))).otherwise(F.col("rank"))
     hits = {"unchanged": F.col("output") == F.col("word"), "bayes_top1": rank == 1, "bayes_top5": rank <= top}
     if model is not None:
-        m = model[0].select(
+        m = model.frame.select(
             *[F.col(k).alias(f"m_{k}") for k in [*keys, "output", "word"]], F.col("rank").alias("m_rank")
         )
         scored = scored.join(F.broadcast(m), [scored[k] == m[f"m_{k}"] for k in [*keys, "output", "word"]], "left")
@@ -138,7 +138,7 @@ def attack(
     sums = [F.sum("count").alias("n")]
     sums += [F.sum(F.when(h, F.col("count")).otherwise(0)).alias(name) for name, h in hits.items()]
     per_word = scored.groupBy(*keys, "word").agg(*sums).orderBy(*keys, "word").collect()
-    model_settings = set() if model is None else model[1]
+    model_settings = set() if model is None else model.settings
     tables: dict[int, dict[str, list]] = {}
     for r in per_word:
         t = tables.setdefault(r["setting"], {})
@@ -164,9 +164,16 @@ def attack(
     }
 
 
+class Guesses(NamedTuple):
+    """The model attacker's guesses (setting, output, word, rank) and the settings they cover."""
+
+    frame: DataFrame
+    settings: set[int]
+
+
 def model_attacker(
     counts: DataFrame, settings: set[int], mechanisms: list, prior: dict[int, float], spark: SparkSession, bundle: str
-) -> tuple[tuple[DataFrame, set[int]] | None, dict[int, float]]:
+) -> tuple[Guesses | None, dict[int, float]]:
     """The model attacker of ``settings`` as a DataFrame of guesses (setting, output, word, rank) with the
     settings it covers, and each setting's β. β is fitted on the driver (``risk.fit_beta`` on the fitted
     runs of ``risk.model_words``, collected: counts of public-noise draws, no text); the guesses are
@@ -203,7 +210,7 @@ def model_attacker(
             )
         )
     table = pa.concat_tables(parts)
-    return (arrow_frame(spark, table), set(settings)), betas  # V·top rows per setting
+    return Guesses(arrow_frame(spark, table), set(settings)), betas  # V·top rows per setting
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
