@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from dpspark import mechanisms, params
+from dpspark import mechanisms, params, reserved
 from dpspark._pydantic import BaseModel, Field, ValidationError, create_model, root_validator, validator
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS
 from dpspark.errors import ConfigError
@@ -186,6 +186,13 @@ class OutputSettings(Settings):
     def _seed(cls, v: int | None) -> int | None:
         return params.check_seed(v)
 
+    @after("output")
+    def _output_name(cls, v: str | None) -> str | None:
+        problem = None if v is None else reserved.output_path_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
 
 # The master URLs Spark parses (spark-submit refuses other schemes, SparkContext other local forms).
 _MASTER = re.compile(r"local(\[(\d+|\*)(\s*,\s*\d+)?\])?|local-cluster\[[\d\s,]+\]|yarn|(spark|k8s)://\S+")
@@ -302,9 +309,12 @@ class ReleaseSettings(OutputSettings, SparkSettings):
         return v
 
     @after("input_table", "output_table")
-    def _table(cls, v: str | None) -> str | None:
+    def _table(cls, v: str | None, field: Any) -> str | None:
         if v is not None:
             table_name_parts(v)
+        problem = reserved.output_table_problem(v) if v is not None and field.name == "output_table" else None
+        if problem:
+            raise ValueError(problem)
         return v
 
     @whole
@@ -842,6 +852,15 @@ class CompareConfig(EvaluateUtilityConfig, RiskConfig):
         "within it below the bound (0.01)",
     )
     solve_rounds: int = Field(default=6, ge=1, le=20, description="--solve: at most this many rounds of points (6)")
+
+    @after("solve_tolerance", "solve_rounds")
+    def _solve_only(cls, v: Any, values: dict[str, Any], field: Any) -> Any:
+        """Checked only when given (pydantic leaves defaults alone): a --solve setting without --solve would
+        change nothing, and the user would believe it did."""
+        if not values.get("solve", True):
+            flag = "--" + field.name.replace("_", "-")
+            raise ValueError(f"{flag} sets the ε search of --solve, which is off: add --solve, or leave {flag} out")
+        return v
 
     @whole
     def _solve_needs_a_bound(self) -> None:

@@ -31,14 +31,12 @@ from pyspark.sql import DataFrame, SparkSession
 from dpspark import ledger
 from dpspark.errors import ConfigError, InputDataError, LedgerError, OutputError, OutputExistsError
 from dpspark.outputs import to_json
+from dpspark.reserved import LOCK_PREFIX, OLD_PREFIX, TMP_PREFIX
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import is_connect
 
 MANIFEST = "_dpspark_manifest.json"
 MANIFEST_VERSION = 1  # CHANGELOG.md, "Formats": fields are only added within a version
-TMP_PREFIX = "_dpspark_tmp_"
-OLD_PREFIX = "_dpspark_old_"
-LOCK_PREFIX = "_dpspark_lock_"
 STALE_AFTER_S = 24 * 3600  # a temporary of another host (or an unknown owner) older than this is stale
 LOCK_STALE_S = 6 * 3600  # a lock of another host older than this is stale (a commit takes seconds to minutes)
 LOCK_WAIT_S = 900.0  # how long a commit waits for another run's commit to finish

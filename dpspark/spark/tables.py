@@ -66,11 +66,12 @@ from dpspark import ledger
 from dpspark.config import table_name_parts
 from dpspark.errors import ConfigError, InputDataError, LedgerError, OutputError, OutputExistsError
 from dpspark.outputs import to_json
+from dpspark.reserved import TABLE_LEDGER_SUFFIX
 from dpspark.spark import io
 from dpspark.spark.fs import FileSystem
 
 MARK = "dpspark.ledger"
-LEDGER_SUFFIX = "__dpspark_ledger"
+LEDGER_SUFFIX = TABLE_LEDGER_SUFFIX
 LEDGER_COLUMNS = ("run_id", "kind", "name", "content", "written_at")
 LEDGER_SCHEMA = T.StructType([T.StructField(n, T.StringType()) for n in LEDGER_COLUMNS])
 
