@@ -268,10 +268,11 @@ def release(
 _RELEASE_SETTINGS = frozenset(release.__kwdefaults__)
 
 
-def privacy_stats(output, epsilons, lambdas=None, runs=100, **settings):  # noqa: ANN001, ANN201
+def privacy_stats(output, epsilons=None, lambdas=None, runs=100, **settings):  # noqa: ANN001, ANN201
     """Compute Nw/Sw over a grid of settings on Spark; write the tables and plots to ``output``.
 
-    The grid is ``epsilons`` × the λ grid of laplace/mahalanobis (``lambdas``), or
+    The grid is ``epsilons`` (None: each mechanism's ``default_epsilons``) × the λ grid of laplace/mahalanobis
+    (``lambdas``), or
     ``mechanisms=["laplace", "tem", "santext"]`` × ``epsilons`` × each mechanism's own axes
     (``grid={"lambda": [0, 1], "t": [0.5]}``). Returns the run manifest (with the per-setting
     summary). See ``dpspark.config.StatsConfig`` for the other settings (words, word_list, corpus,

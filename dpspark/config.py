@@ -51,6 +51,27 @@ def _sorted_unique(values: list[float], check: Any, example: str) -> list[float]
     return sorted({check(v) for v in values})
 
 
+def default_grids_text() -> str:
+    """Each mechanism's default ε grid (its spec's ``default_epsilons``), mechanisms with one grid together:
+    the help of every ``--epsilons``."""
+    grids: dict[tuple[float, ...], list[str]] = {}
+    for name, spec in mechanisms.REGISTRY.items():
+        grids.setdefault(spec.default_epsilons, []).append(name)
+    return "; ".join(f"{', '.join(names)} {','.join(f'{e:g}' for e in grid)}" for grid, names in grids.items())
+
+
+EPSILONS_HELP = (
+    "ε grid, comma-separated (default: each mechanism's own first grid, README's \"Choosing a mechanism and ε\": "
+    + default_grids_text()
+    + ")"
+)
+
+
+def _epsilon_grid(cls: Any, v: list[float] | None) -> list[float] | None:
+    """A given ε grid sorted and checked; None (not given) leaves each mechanism its ``default_epsilons``."""
+    return None if v is None else _sorted_unique(v, epsilon_value, "--epsilons 4,5,6,8,10")
+
+
 _NAME_PART = re.compile(r"`?([A-Za-z0-9_]+)`?")
 
 
@@ -572,19 +593,22 @@ class GridSettings(Settings):
         for name, values in chosen:
             if name == "mahalanobis" and values.get("lambda") == 0.0:
                 name, values = "laplace", {}  # the same mechanism: one setting, named as the papers do
-            for e in self.epsilons:
+            for e in self.epsilons or mechanisms.REGISTRY[name].default_epsilons:
                 spec = mechanisms.parse({"name": name, "epsilon": e, **values})
                 if spec not in specs:
                     specs.append(spec)
         return specs
 
+    def grid_epsilons(self) -> list[float]:
+        """Every ε of the grid, sorted: ``--epsilons`` where given, else the union of the mechanisms' default
+        grids (what a manifest records)."""
+        return sorted({s.epsilon for s in self.settings()})
+
 
 class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings, GridSettings):
     """Settings of ``dpspark privacy-stats`` (Nw/Sw over a grid of mechanisms, ε and their parameters)."""
 
-    epsilons: list[float] = Field(
-        default_factory=lambda: [1.0, 5.0, 10.0, 20.0, 40.0], description="ε grid, comma-separated (1,5,10,20,40)"
-    )
+    epsilons: list[float] | None = Field(default=None, description=EPSILONS_HELP)
     lambdas: list[float] | None = Field(
         default=None, description="λ grid, comma-separated (default 0,0.25,0.5,0.75,1; same as --grid lambda=...)"
     )
@@ -601,9 +625,7 @@ class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSetting
     _columns = before("columns")(PerturbConfig._columns.__func__)
     _word_list = after("word_list")(_word_file("word list"))
 
-    @after("epsilons")
-    def _epsilons(cls, v: list[float]) -> list[float]:
-        return _sorted_unique(v, epsilon_value, "--epsilons 1,5,10,20,40")
+    _epsilons = after("epsilons")(_epsilon_grid)
 
     @after("lambdas")
     def _lambdas(cls, v: list[float] | None) -> list[float] | None:
@@ -673,9 +695,7 @@ class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, Index
 
     input: str | None = Field(default=None, description="input Parquet file or directory")
     text_column: str = Field(default="", description="the text column to perturb")
-    epsilons: list[float] = Field(
-        default_factory=lambda: [1.0, 2.0, 5.0, 10.0, 20.0], description="ε grid, comma-separated (1,2,5,10,20)"
-    )
+    epsilons: list[float] | None = Field(default=None, description=EPSILONS_HELP)
     lambdas: list[float] | None = Field(
         default=None, description="λ grid, comma-separated (default 0,0.5,1; laplace: 0)"
     )
@@ -687,7 +707,7 @@ class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, Index
     default_lambdas: ClassVar[tuple[float, ...]] = (0.0, 0.5, 1.0)
 
     _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
-    _epsilons = after("epsilons")(StatsConfig._epsilons.__func__)
+    _epsilons = after("epsilons")(_epsilon_grid)
     _lambdas = after("lambdas")(StatsConfig._lambdas.__func__)
 
     @after("text_column")
@@ -799,9 +819,7 @@ class CompareConfig(EvaluateUtilityConfig, RiskConfig):
     """Settings of ``dpspark compare``: mechanisms side by side on a labelled dataset (utility,
     re-identification, the field's privacy metrics) and at equal empirical privacy."""
 
-    epsilons: list[float] = Field(
-        default_factory=lambda: [1.0, 5.0, 10.0, 20.0], description="ε grid, comma-separated (1,5,10,20)"
-    )
+    epsilons: list[float] | None = Field(default=None, description=EPSILONS_HELP)
     target_reidentification: float = Field(
         default=0.10,
         gt=0,

@@ -50,7 +50,7 @@ dbutils.widgets.text("label_column", "label", "Label column")
 dbutils.widgets.text("rows", "0", "SMS spam only: first N messages (0 = all)")
 dbutils.widgets.multiselect("mechanisms", default("mechanism"), list(REGISTRY), "Mechanisms")
 dbutils.widgets.text("lambdas", default("lambdas"), "λ grid of mahalanobis and vickrey (λ = 0: laplace)")
-dbutils.widgets.text("epsilons", default("epsilons"), "ε grid")
+dbutils.widgets.text("epsilons", default("epsilons"), "ε grid (empty: each mechanism's default grid)")
 dbutils.widgets.text("repeats", default("repeats"), "R: perturbations per setting")
 dbutils.widgets.text("runs", default("runs"), "K: mechanism runs per corpus word (re-identification)")
 dbutils.widgets.text("vocab_size", default("vocab_size"), "Output vocabulary size")
@@ -81,14 +81,15 @@ config = CompareConfig.parse(  # the CLI's validation: a bad value fails here, w
         "input": data,
         "output": str(out),
         "overwrite": True,
-        **{k: dbutils.widgets.get(k) for k in ("text_column", "label_column", "mechanisms", "epsilons")},
+        **{k: dbutils.widgets.get(k) for k in ("text_column", "label_column", "mechanisms")},
+        "epsilons": dbutils.widgets.get("epsilons").strip() or None,  # empty: each mechanism's default grid
         **{k: dbutils.widgets.get(k) for k in ("repeats", "runs", "vocab_size", "target_reidentification")},
         "refine": dbutils.widgets.get("refine"),
         **({"lambdas": dbutils.widgets.get("lambdas")} if takes_lambda else {}),
         **{k: v for k, v in bounds.items() if v},
     }
 )
-print(f"data {data}; mechanisms {', '.join(config.mechanisms or [config.mechanism])}; ε {config.epsilons}")
+print(f"data {data}; mechanisms {', '.join(config.mechanisms or [config.mechanism])}; ε {config.grid_epsilons()}")
 
 # COMMAND ----------
 

@@ -39,7 +39,7 @@ from dpspark.mechanisms import REGISTRY  # noqa: E402 - the mechanisms the libra
 
 default = StatsConfig.default_text  # every widget below starts at `dpspark privacy-stats`'s default
 dbutils.widgets.text("output", "", "Output directory (required: /Volumes/<catalog>/<schema>/<volume>/...)")
-dbutils.widgets.text("epsilons", default("epsilons"), "ε grid (comma-separated)")
+dbutils.widgets.text("epsilons", default("epsilons"), "ε grid (comma-separated; empty: each mechanism's default)")
 # mahalanobis with the λ grid: the command's default grid (λ = 0 is laplace).
 dbutils.widgets.multiselect("mechanisms", "mahalanobis", list(REGISTRY), "Mechanisms")
 dbutils.widgets.text("lambdas", default("lambdas"), "λ grid of mahalanobis and vickrey (in [0, 1]; 0 is laplace)")
@@ -58,7 +58,7 @@ config = StatsConfig.parse(  # the CLI's validation: a bad value fails here, wit
     {
         "output": dbutils.widgets.get("output"),
         "mechanisms": dbutils.widgets.get("mechanisms"),
-        "epsilons": dbutils.widgets.get("epsilons"),
+        "epsilons": dbutils.widgets.get("epsilons").strip() or None,  # empty: each mechanism's default grid
         "grid": {"lambda": dbutils.widgets.get("lambdas")},
         "runs": dbutils.widgets.get("runs"),
         "words": dbutils.widgets.get("words"),

@@ -49,7 +49,7 @@ dbutils.widgets.text("output", "", "Output directory (required: /Volumes/<catalo
 dbutils.widgets.text("text_column", "text", "Text column")
 dbutils.widgets.text("label_column", "label", "Label column")
 dbutils.widgets.text("rows", "0", "SMS spam only: first N messages (0 = all)")
-dbutils.widgets.text("epsilons", default("epsilons"), "ε grid")
+dbutils.widgets.text("epsilons", default("epsilons"), "ε grid (empty: each mechanism's default grid)")
 dbutils.widgets.multiselect("mechanisms", default("mechanism"), list(REGISTRY), "Mechanisms (utility)")
 dbutils.widgets.text("lambdas", default("lambdas"), "λ grid of mahalanobis and vickrey (λ = 0: laplace)")
 dbutils.widgets.text("repeats", default("repeats"), "R: perturbations per (ε, λ)")
@@ -74,7 +74,7 @@ if not data:
     rows = int(dbutils.widgets.get("rows") or 0)
     data = sms_spam(out / "data", rows=rows or None)
 grid = {
-    "epsilons": dbutils.widgets.get("epsilons"),
+    "epsilons": dbutils.widgets.get("epsilons").strip() or None,  # empty: each mechanism's default grid
     "lambdas": dbutils.widgets.get("lambdas"),
     "vocab_size": dbutils.widgets.get("vocab_size"),
 }
@@ -112,7 +112,7 @@ bounds = CalibrateConfig.parse(
     }
 )
 settings = dict.fromkeys(s.series_label() for s in utility_config.settings())
-print(f"data {data}; ε {utility_config.epsilons}, R = {utility_config.repeats}; settings {', '.join(settings)}")
+print(f"data {data}; ε {utility_config.grid_epsilons()}, R = {utility_config.repeats}; settings {', '.join(settings)}")
 
 # COMMAND ----------
 

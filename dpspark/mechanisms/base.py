@@ -435,6 +435,11 @@ class MechanismSpec(BaseModel):
         """Refuse (ConfigError) a setting that a vocabulary of ``size`` words cannot take; called on the
         settings before Spark starts (``vocab_size``) and again on the vocabulary itself (``prepare``)."""
 
+    # The ε grid a grid command (compare, evaluate-utility, privacy-risk, privacy-stats) measures without
+    # --epsilons: the first grid of README.md's "Choosing a mechanism and ε", which brackets the mechanism's
+    # window on the shipped sample from word salad to a near copy (docs/choosing-epsilon.md has the figures;
+    # tests/unit/test_default_grids.py checks both tables against it). ε is not one scale across mechanisms.
+    default_epsilons: ClassVar[tuple[float, ...]] = ()
     def outside(self) -> list[str]:
         """What this mechanism releases outside its guarantee by design (beside the run's opt-ins)."""
         return []

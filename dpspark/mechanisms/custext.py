@@ -313,6 +313,7 @@ class CusText(MechanismSpec):
             f"{len(grouped)} disjoint groups of K = {self.top_k} words{short} by {self.similarity} similarity, "
             f"walking W from its most frequent word; each word's output y is drawn from its own group with "
             f"probability proportional to exp({self.epsilon:g} * u(x, y) / 2), u the similarity rescaled to [0, 1] "
+    default_epsilons: ClassVar[tuple[float, ...]] = (0.5, 1.0, 2.0, 4.0, 8.0)  # custext-plus inherits it
             f"within the group. Nothing holds across groups: the groups' outputs are disjoint, so an output "
             f"discloses its input's group. This epsilon is on a [0, 1] utility scale, not comparable with the "
             f"epsilon of metric-DP mechanisms." + self._stop_sentence(stop)

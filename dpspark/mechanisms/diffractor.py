@@ -96,6 +96,7 @@ class Diffractor(MechanismSpec):
     summary: ClassVar[str] = "geometric or TEM noise on the word's position in nearest-neighbour chains of W"
 
     renamed: ClassVar[dict[str, str]] = {"gamma": "position_gamma"}  # until the release after 0.x: see CHANGELOG
+    default_epsilons: ClassVar[tuple[float, ...]] = (0.05, 0.1, 0.2, 0.5, 1.0)
     artefact_name: ClassVar[str] = "1-diffractor/list/v1"  # the version: a change of the chain gets a new name
 
     @root_validator(pre=True, allow_reuse=True)

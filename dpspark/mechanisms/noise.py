@@ -249,8 +249,10 @@ class Mahalanobis(_NoiseSpec):
     name: Literal["mahalanobis"] = "mahalanobis"
     lam: float = Field(default=1.0, alias="lambda", description="λ in [0, 1] (1: full Mahalanobis)")
     paper: ClassVar[str] = "Xu, Aggarwal, Feyisetan, Teissier, PrivateNLP 2020 (regularized Mahalanobis metric)"
+    default_epsilons: ClassVar[tuple[float, ...]] = (4.0, 5.0, 6.0, 8.0, 10.0)
     summary: ClassVar[str] = "elliptical noise shaped by the embedding's covariance, nearest word"
 
     @validator("lam", pre=True, allow_reuse=True)
     def _lam(cls, v: Any) -> float:
         return 1.0 if v is None or v == "" else check_lambda(v)
+    default_epsilons: ClassVar[tuple[float, ...]] = (4.0, 5.0, 6.0, 8.0, 10.0)

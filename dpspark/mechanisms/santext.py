@@ -32,6 +32,7 @@ class SanText(MechanismSpec):
     )
     guarantee_type: ClassVar[str] = "metric"
     summary: ClassVar[str] = "exponential mechanism over the whole vocabulary, weights exp(−ε·d/2)"
+    default_epsilons: ClassVar[tuple[float, ...]] = (2.0, 2.5, 3.0, 3.5, 4.0)
 
     def build(self, space: Space) -> WordMechanism:
         return TruncatedExponential(space, self, math.inf)

@@ -71,6 +71,8 @@ class SanTextPlus(MechanismSpec):
     )
     guarantee_type: ClassVar[str] = "umldp"
     summary: ClassVar[str] = "SanText over a protected set of rare words; other words kept with probability 1 − p"
+    # SanText's: the same draw over the protected words
+    default_epsilons: ClassVar[tuple[float, ...]] = (2.0, 2.5, 3.0, 3.5, 4.0)
 
     @root_validator(pre=True, allow_reuse=True)
     def _one_of(cls, values: dict[str, Any]) -> dict[str, Any]:

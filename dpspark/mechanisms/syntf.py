@@ -47,6 +47,7 @@ class SynTFWords(MechanismSpec):
     )
     guarantee_type: ClassVar[str] = "pure"
     summary: ClassVar[str] = "exponential mechanism over the whole vocabulary, weights exp(ε·max(0, cos)/2)"
+    default_epsilons: ClassVar[tuple[float, ...]] = (10.0, 15.0, 20.0, 25.0, 30.0)
 
     def build(self, space: Space) -> WordMechanism:
         return CosineExponential(space, self)
@@ -86,6 +87,7 @@ class SynTF(MechanismSpec):
     paper: ClassVar[str] = SynTFWords.paper.split(" (")[0]
     guarantee_type: ClassVar[str] = "document"
     summary: ClassVar[str] = "synthetic term frequencies: n words drawn from the document, each then by the word draw"
+    default_epsilons: ClassVar[tuple[float, ...]] = SynTFWords.default_epsilons  # ε of one word draw
     text_level: ClassVar[bool] = True
     extra_columns: ClassVar[dict[str, str]] = {"tf": "map<string,int>"}  # COL_tf: the drawn words' counts
 

@@ -58,6 +58,7 @@ class TEM(MechanismSpec):
     )
     guarantee_type: ClassVar[str] = "metric"
     summary: ClassVar[str] = "exponential mechanism truncated at γ: near words by distance, far words uniformly"
+    default_epsilons: ClassVar[tuple[float, ...]] = (2.0, 2.5, 3.0, 3.5, 4.0)
 
     @root_validator(pre=True, allow_reuse=True)
     def _one_of(cls, values: dict[str, Any]) -> dict[str, Any]:

@@ -190,6 +190,7 @@ class Vickrey(MechanismSpec):
         "PrivateNLP @ NAACL 2021 (arXiv 2104.11838), Algorithm 1 with k = 2"
     )
     summary: ClassVar[str] = "Laplace or Mahalanobis noise, then a weighted choice between the two nearest words"
+    default_epsilons: ClassVar[tuple[float, ...]] = (4.0, 5.0, 6.0, 8.0, 10.0)
     guarantee_type: ClassVar[str] = "metric"
 
     @validator("t", pre=True, allow_reuse=True)

@@ -437,7 +437,7 @@ class Comparison:
             "runs": c.runs,
             "mechanisms": list(dict.fromkeys(p["mechanism"] for p in self.points)),
             "settings": [p["setting"] for p in self.points],
-            "epsilons": c.epsilons,
+            "epsilons": c.grid_epsilons(),
             "targets": {"reidentification": c.target_reidentification, "nw_fraction": c.target_nw_fraction},
             "bounds": {"max_utility_loss": c.max_utility_loss, "max_reidentification": c.max_reidentification},
             "recommended": None

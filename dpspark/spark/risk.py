@@ -615,7 +615,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "mechanism": config.mechanism,
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
-            "epsilons": config.epsilons,
+            "epsilons": config.grid_epsilons(),
             **noise_family.grid_facts(specs, grid.space),  # the noise family's facts
             "runs": config.runs,
             "fit_runs": half,

@@ -284,7 +284,7 @@ def _run(config: StatsConfig, spark: SparkSession, out: ReportOutput, started: f
             "command": "privacy-stats",
             "run_id": run_id,
             "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
-            "epsilons": config.epsilons,
+            "epsilons": config.grid_epsilons(),
             **noise_family.grid_facts(specs, grid.space),  # the noise family's facts
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),

@@ -449,7 +449,7 @@ def _evaluate(
         "mechanism": config.mechanism,
         "mechanisms": names,
         "settings": [prep.spec.facts(prep.space) for prep in preps],
-        "epsilons": config.epsilons,
+        "epsilons": config.grid_epsilons(),
         **noise_family.grid_facts(specs, first.space),  # the noise family's facts
         "repeats": config.repeats,
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
