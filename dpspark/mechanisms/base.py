@@ -20,6 +20,7 @@ Nothing here sees raw text: inputs are embedding rows, outputs vocabulary positi
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import os
 import uuid
@@ -31,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dpspark import params
+from dpspark import cachekey, params
 from dpspark._pydantic import BaseModel, Field, validator
 
 log = logging.getLogger("dpspark")
@@ -74,15 +75,6 @@ def show(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
-def _artefact_digest(source: str, path: Path) -> str:
-    """The digest a cached artefact carries: of what it was computed from and of its own bytes."""
-    digest = hashlib.sha256(source.encode())
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _digest_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
@@ -96,15 +88,31 @@ def _write_atomic(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _load_verified(path: Path, source: str) -> np.ndarray | None:
-    """The cached artefact at ``path`` when its bytes match the digest beside it, else None (missing,
-    changed, damaged, or not an array: the caller computes it again)."""
+def _load_verified(path: Path, source: str, key: bytes) -> tuple[np.ndarray | None, str | None]:
+    """The cached artefact at ``path`` when the keyed digest beside it matches its bytes: (array, None);
+    else (None, why it is not used, one line; None when there is no file at all) and the caller computes it
+    again. A digest without the key (``cachekey.SCHEME``) is never trusted: anyone could have written it."""
+    if not path.exists():
+        return None, None
     try:
-        if _digest_path(path).read_text(encoding="ascii").strip() != _artefact_digest(source, path):
-            return None
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        stored = _digest_path(path).read_text(encoding="ascii").strip()
+        if not stored.startswith(cachekey.SCHEME):
+            return None, "carries no keyed digest (an older dpspark's, or forged): not trusted"
+        if not hmac.compare_digest(stored, cachekey.keyed_digest(key, source, path)):
+            return None, "does not match its digest (changed, damaged or forged)"
+        return np.load(path, mmap_mode="r", allow_pickle=False), None
     except (OSError, ValueError, UnicodeDecodeError):
+        return None, "does not match its digest (changed, damaged or forged)"
+
+
+def _failed_check(check: Callable[[np.ndarray], str | None] | None, value: np.ndarray) -> str | None:
+    """What is wrong with a loaded artefact by its mechanism's own invariants (``check``), or None."""
+    if check is None:
         return None
+    try:
+        return check(value)
+    except (ValueError, IndexError, TypeError) as exc:  # a malformed array can break the check itself
+        return f"not a well-formed array ({exc})"
 
 
 class Space:
@@ -237,48 +245,72 @@ class Space:
         diff = self.vocab64[positions] - np.asarray(self.vectors[row], dtype=np.float64)
         return np.sqrt(np.einsum("ij,ij->i", diff, diff))
 
-    def artefact(self, name: str, compute: Callable[[], np.ndarray], store: bool = False) -> np.ndarray:
+    def artefact(
+        self,
+        name: str,
+        compute: Callable[[], np.ndarray],
+        store: bool = False,
+        check: Callable[[np.ndarray], str | None] | None = None,
+    ) -> np.ndarray:
         """A public array a mechanism needs besides the embedding (a word grouping, a neighbour table),
         by a name that its parameters determine: computed on the driver on first use (``compute``) and
         shipped in the bundle, where executors find it.
 
         ``store``: also keep it in ``cache_dir`` between runs, under the sha256 of the name and of
-        φ(W) (content-addressed: another vocabulary or embedding never finds it), written to a
-        temporary name and renamed, as the shared embedding store is. A stored array's name carries
-        its algorithm's version (``.../v1``): a changed algorithm takes a new name, never an old array.
-        Beside it, a digest of what it was computed from and of its own bytes (``.sha256``) is checked
-        on load: a changed, damaged or unreadable file is computed again (and said, in one line).
+        φ(W) (content-addressed: another vocabulary or embedding never finds it) and the id of this
+        user's cache key (``dpspark.cachekey``), written to a temporary name and renamed, as the shared
+        embedding store is. A stored array's name carries its algorithm's version (``.../v1``): a changed
+        algorithm takes a new name, never an old array. Beside it, an HMAC-SHA256 under the user's key of
+        what it was computed from and of its own bytes (``.sha256``) is checked on load, and then
+        ``check`` (the mechanism's own invariants: a reason the array cannot be what its name says, or
+        None): a changed, damaged, forged or unreadable file is computed again (and said, in one line).
+        The cache dir may be a volume others write; the key is not on it.
         """
         if name in self._artefacts:
             return self._artefacts[name]
-        path = source = None
+        key = path = source = None
         if store and self.cache_dir is not None:
+            key = cachekey.cache_key(self.cache_dir)
+        if key is not None:
             digest = hashlib.sha256(name.encode())
             digest.update(np.ascontiguousarray(self.vectors[self.vocab_rows]).tobytes())
             source = digest.hexdigest()  # what the array is computed from
-            path = self.cache_dir / f"dpspark-artefact-{source}.npy"
-            kept = _load_verified(path, source)
+            path = self.cache_dir / f"dpspark-artefact-{source}-{cachekey.key_id(key)}.npy"
+            kept, why = _load_verified(path, source, key)
             if kept is not None:
-                self._artefacts[name] = kept
-                return kept
-            if path.exists():
+                why = _failed_check(check, kept)
+                if why is None:
+                    self._artefacts[name] = kept
+                    return kept
+                why = f"fails its check: {why}"
+            legacy = self.cache_dir / f"dpspark-artefact-{source}.npy"  # the name before the cache key
+            if why is None and legacy.exists():
                 log.warning(
-                    "the cached %s in %s does not match its digest (changed or damaged): computed again", name, path
+                    "the cached %s in %s has an older dpspark's unkeyed digest, not trusted: computed again",
+                    name,
+                    legacy,
                 )
+            elif why is not None:
+                log.warning("the cached %s in %s %s: computed again", name, path, why)
         value = np.asarray(compute())
         if path is not None:
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            try:
-                self.cache_dir.mkdir(parents=True, exist_ok=True)
-                with open(tmp, "wb") as f:
-                    np.save(f, value)
-                _write_atomic(_digest_path(path), _artefact_digest(source, tmp).encode())
-                os.replace(tmp, path)
-            except OSError as exc:  # a read-only cache only costs the next run the same work
-                log.warning("cannot keep %s in %s (%s): it will be computed again next run", name, self.cache_dir, exc)
-                tmp.unlink(missing_ok=True)
+            self._keep(name, value, path, source, key)
         self._artefacts[name] = value
         return value
+
+    def _keep(self, name: str, value: np.ndarray, path: Path, source: str, key: bytes) -> None:
+        """Write ``value`` and its keyed digest to the cache (the digest first: a reader never finds the new
+        array beside an old digest that it would then trust)."""
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                np.save(f, value)
+            _write_atomic(_digest_path(path), cachekey.keyed_digest(key, source, tmp).encode())
+            os.replace(tmp, path)
+        except OSError as exc:  # a read-only cache only costs the next run the same work
+            log.warning("cannot keep %s in %s (%s): it will be computed again next run", name, self.cache_dir, exc)
+            tmp.unlink(missing_ok=True)
 
     def artefacts(self, names: list[str]) -> dict[str, np.ndarray]:
         """The named arrays (already computed by ``artefact``), to ship in a bundle."""

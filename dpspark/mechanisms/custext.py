@@ -68,6 +68,8 @@ SELECT_CHUNK = 64
 MARGIN = 1e-9
 # Tokens per gather of the K-rows in ``sample``.
 TOKEN_CHUNK = 2**16
+# Groups of a cached table recomputed at random on load (``grouping_fault``), besides the first and the last.
+SAMPLED_GROUPS = 8
 
 
 def similarity_space(vectors: np.ndarray, similarity: str) -> np.ndarray:
@@ -226,6 +228,55 @@ def grouping(space: Space, top_k: int, similarity: str, stop: np.ndarray | None 
     return members.astype(np.int32)
 
 
+def grouping_fault(
+    space: Space,
+    members: np.ndarray,
+    top_k: int,
+    similarity: str,
+    stop: np.ndarray | None = None,
+    samples: int = SAMPLED_GROUPS,
+    rng: np.random.Generator | None = None,
+) -> str | None:
+    """Why ``members`` cannot be ``grouping(space, top_k, similarity, stop)``, or None: what a table read
+    from the cache must show before it is used. Every group holds K words, but the last of the grouped
+    words (the remainder) and the stop words' groups of one, padded at the end; the groups cover W once;
+    the stop words are the groups of one; and the first, the last and ``samples`` groups drawn at random
+    (the operating system's randomness: a forger cannot know which) are each the K words most similar to
+    their seed among the words no earlier group holds, recomputed directly (≈ V·d flops a group)."""
+    members = np.asarray(members)
+    stop = np.unique(np.asarray([] if stop is None else stop, dtype=np.int64))
+    n, k = space.size - len(stop), int(top_k)
+    grouped = -(-n // k)
+    if members.dtype.kind not in "iu" or members.shape != (grouped + len(stop), k):
+        return f"a {members.dtype} table of shape {members.shape}, not {grouped + len(stop)} × {k} integers"
+    valid = members >= 0
+    sizes = valid.sum(axis=1)
+    expected = np.full(len(members), k)
+    expected[grouped - 1 : grouped] = n - (grouped - 1) * k
+    expected[grouped:] = 1
+    if (sizes != expected).any() or (valid != (np.arange(k) < sizes[:, None])).any():
+        return f"its groups do not each hold K = {k} words (but one remainder group)"
+    if not np.array_equal(np.sort(members[valid]), np.arange(space.size)):
+        return f"its groups do not cover the {space.size} words of W once"
+    if not np.array_equal(np.sort(members[grouped:, 0]), stop):
+        return "its groups of one are not the stop words"
+    order = np.argsort(space.vocab_rows, kind="stable")  # as ``grouping`` walks W
+    order = order[~np.isin(order, stop)]
+    at = np.empty(space.size, dtype=np.int64)
+    at[order] = np.arange(n)  # a W position's place in the walk
+    group = np.empty(n, dtype=np.int64)
+    rows, cols = np.nonzero(valid[:grouped])
+    group[at[members[rows, cols]]] = rows
+    x = similarity_space(space.vocab64[order], similarity)
+    rng = rng or np.random.default_rng()
+    for g in sorted({0, grouped - 1, *rng.choice(grouped, min(samples, grouped), replace=False).tolist()}):
+        alive = group >= g  # the words no earlier group holds
+        again = order[_exact_group(x, alive, int(np.argmax(alive)), k, similarity)]
+        if not np.array_equal(members[g, : sizes[g]], again):
+            return f"group {g} is not the {k} words most similar to its seed"
+    return None
+
+
 def _parse_top_k(v: Any) -> int:
     if v is None or (isinstance(v, str) and not v.strip()):
         return DEFAULT_TOP_K
@@ -262,6 +313,7 @@ class CusText(MechanismSpec):
     )
     guarantee_type: ClassVar[str] = "group"
     summary: ClassVar[str] = "exponential mechanism within disjoint groups of K similar words (ε-DP within a group)"
+    default_epsilons: ClassVar[tuple[float, ...]] = (0.5, 1.0, 2.0, 4.0, 8.0)  # custext-plus inherits it
 
     _top_k = validator("top_k", pre=True, allow_reuse=True)(lambda cls, v: _parse_top_k(v))
     _similarity = validator("similarity", pre=True, allow_reuse=True)(lambda cls, v: _parse_similarity(v))
@@ -283,7 +335,17 @@ class CusText(MechanismSpec):
             self.artefact_name,
             lambda: grouping(space, self.top_k, self.similarity, self.stop_positions(space)),
             store=True,
+            check=self._check(space),
         )
+
+    def _check(self, space: Space) -> Any:
+        """What a cached mapping must show (``grouping_fault``), or None where the stop words cannot be named
+        (custext-plus over a space without the embedding's words, never a driver's: the key's digest alone)."""
+        try:
+            stop = self.stop_positions(space)
+        except ConfigError:
+            return None
+        return lambda members: grouping_fault(space, members, self.top_k, self.similarity, stop)
 
     def check_vocabulary(self, size: int) -> None:
         if self.top_k > size:
@@ -313,7 +375,6 @@ class CusText(MechanismSpec):
             f"{len(grouped)} disjoint groups of K = {self.top_k} words{short} by {self.similarity} similarity, "
             f"walking W from its most frequent word; each word's output y is drawn from its own group with "
             f"probability proportional to exp({self.epsilon:g} * u(x, y) / 2), u the similarity rescaled to [0, 1] "
-    default_epsilons: ClassVar[tuple[float, ...]] = (0.5, 1.0, 2.0, 4.0, 8.0)  # custext-plus inherits it
             f"within the group. Nothing holds across groups: the groups' outputs are disjoint, so an output "
             f"discloses its input's group. This epsilon is on a [0, 1] utility scale, not comparable with the "
             f"epsilon of metric-DP mechanisms." + self._stop_sentence(stop)

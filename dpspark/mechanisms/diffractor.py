@@ -64,6 +64,8 @@ CLASSES = 256  # disjoint classes of W (position mod CLASSES) whose running maxi
 # on an Intel Xeon, one core: 1.6–2.2 ns per score in blocked GEMMs, 15–25 ns per word searched alone).
 REFRESH = 0.15
 _GONE = -1e30  # the score term −‖u‖²/2 of a padding column: never a candidate
+# Steps of a cached list recomputed at random on load (``list_fault``), besides the first and the last.
+SAMPLED_STEPS = 8
 NOISES = ("geometric", "tem")
 DEFAULT_GAMMA = 5.0  # TEM's truncation in list positions: the authors' default
 
@@ -94,9 +96,9 @@ class Diffractor(MechanismSpec):
     )
     guarantee_type: ClassVar[str] = "rank"
     summary: ClassVar[str] = "geometric or TEM noise on the word's position in nearest-neighbour chains of W"
+    default_epsilons: ClassVar[tuple[float, ...]] = (0.05, 0.1, 0.2, 0.5, 1.0)
 
     renamed: ClassVar[dict[str, str]] = {"gamma": "position_gamma"}  # until the release after 0.x: see CHANGELOG
-    default_epsilons: ClassVar[tuple[float, ...]] = (0.05, 0.1, 0.2, 0.5, 1.0)
     artefact_name: ClassVar[str] = "1-diffractor/list/v1"  # the version: a change of the chain gets a new name
 
     @root_validator(pre=True, allow_reuse=True)
@@ -168,7 +170,14 @@ class Diffractor(MechanismSpec):
             return run
 
         names, starts = self.artefact_names(space), self.starts(space)
-        return np.stack([space.artefact(n, compute(int(s)), store=True) for n, s in zip(names, starts)])
+        return np.stack(
+            [
+                space.artefact(
+                    n, compute(int(s)), store=True, check=lambda order, s=int(s): list_fault(space, order, s)
+                )
+                for n, s in zip(names, starts)
+            ]
+        )
 
     def prepare(self, space: Space) -> list[str]:
         if self.lists > space.size:
@@ -253,6 +262,33 @@ def chain(
         current = left.nearest(current, visited)
         scanned += len(left.positions)
     return order
+
+
+def list_fault(
+    space: Space, order: np.ndarray, start: int, samples: int = SAMPLED_STEPS, rng: np.random.Generator | None = None
+) -> str | None:
+    """Why ``order`` cannot be ``chain(space, start=start)``, or None: what a list read from the cache must
+    show before it is used. It holds every word of W once and starts at ``start``; at its first, its last
+    and ``samples`` steps drawn at random (the operating system's randomness: a forger cannot know which),
+    the next word is the nearest of those not yet listed (float64 distances computed directly, ties to the
+    lower position; ≈ V·d flops a step)."""
+    order = np.asarray(order)
+    size = space.size
+    if order.dtype.kind not in "iu" or order.shape != (size,):
+        return f"a {order.dtype} list of shape {order.shape}, not the {size} positions of W"
+    if not np.array_equal(np.sort(order), np.arange(size)):
+        return f"it does not hold the {size} words of W once"
+    if int(order[0]) != start:
+        return f"it does not start at its first word (position {start})"
+    steps = max(0, size - 1)
+    rng = rng or np.random.default_rng()
+    for j in sorted({0, steps - 1, *rng.choice(steps, min(samples, steps), replace=False).tolist()} - {-1}):
+        cand = np.sort(order[j + 1 :])
+        diff = space.vocab64[cand] - space.vocab64[order[j]]
+        exact = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        if int(cand[np.lexsort((cand, exact))[0]]) != int(order[j + 1]):
+            return f"its word {j + 1} is not the nearest of those left to word {j}"
+    return None
 
 
 def neighbour_lists(space: Space, k: int, screen: Screen | None = None) -> np.ndarray:

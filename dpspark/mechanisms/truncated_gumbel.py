@@ -86,6 +86,8 @@ TOKENS = 1 << 16  # tokens per block of Gumbel draws
 NODES = 12  # Gauss–Legendre nodes per quadrature piece
 MEMO_WORDS = 1 << 16  # neighbour lists a sampler keeps (≈ 50 MB at K_max = 50)
 ARTEFACT = "truncated-gumbel/diameters/v1"  # the version: a change of the pass gets a new name
+# Rows whose distances to all of W bound a cached Δ and Δ0 on load (``diameters_fault``), drawn at random.
+SAMPLED_ROWS = 8
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,6 +195,35 @@ def diameters(vectors: np.ndarray, tile: int = TILE, shell: int = SHELL) -> np.n
         if not done[t]:
             visit(t, both=False)
     return np.array([math.sqrt(far[0]), math.sqrt(near[0]), n, far[1], far[2], near[1], near[2]], dtype=np.float64)
+
+
+def diameters_fault(
+    vectors: np.ndarray, values: np.ndarray, samples: int = SAMPLED_ROWS, rng: np.random.Generator | None = None
+) -> str | None:
+    """Why ``values`` cannot be ``diameters(vectors)``, or None: what a cached Δ and Δ0 must show before they
+    set the Gumbel scale. Each is the distance of the pair of rows it names (so Δ is no larger and Δ0 no
+    smaller than the true ones), 0 < Δ0 ≤ Δ, and no distance from ``samples`` rows drawn at random (the
+    operating system's randomness) to the rest exceeds Δ or, between distinct points, falls below Δ0
+    (≈ V·d flops a row). A relative 1e-12 absorbs the rounding of the two ways of summing."""
+    values = np.asarray(values)
+    if values.dtype != np.float64 or values.shape != (7,) or not np.isfinite(values).all():
+        return f"a {values.dtype} array of shape {values.shape}, not 7 finite numbers"
+    x = np.asarray(vectors, dtype=np.float64)
+    pairs = values[3:].astype(np.int64)
+    if (values[3:] != pairs).any() or (pairs < 0).any() or (pairs >= len(x)).any():
+        return "the pairs it names are not rows of W"
+    delta, delta0 = float(values[0]), float(values[1])
+    diff = x[pairs[[0, 2]]] - x[pairs[[1, 3]]]
+    named = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    if not (np.isclose(named, [delta, delta0], rtol=1e-12, atol=0).all() and 0 < delta0 <= delta):
+        return "its Δ or Δ0 is not the distance of the pair it names"
+    rng = rng or np.random.default_rng()
+    for r in rng.choice(len(x), min(samples, len(x)), replace=False):
+        diff = x - x[r]
+        d = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        if d.max() > delta * (1 + 1e-12) or d[d > 0].min(initial=np.inf) < delta0 * (1 - 1e-12):
+            return f"row {r} has a word farther than Δ or nearer than Δ0"
+    return None
 
 
 def threshold(size: int, delta0: float) -> float:
@@ -424,10 +455,17 @@ class TruncatedGumbel(MechanismSpec):
         "the nearest of k ~ Poisson(ln V) nearest words after truncated Gumbel noise; unverified, only for ε above "
         "(5 + 2 ln V)/Δ0"
     )
+    # above its threshold, 75.82 over GloVe's first 50,000 words (its law moves little with ε)
+    default_epsilons: ClassVar[tuple[float, ...]] = (80.0, 100.0, 150.0, 300.0, 1000.0)
 
     def constants(self, space: Space) -> tuple[float, float]:
         """(Δ, Δ0) of W (``diameters``, an artefact kept per vocabulary)."""
-        values = space.artefact(ARTEFACT, lambda: diameters(space.vocab64), store=True)
+        values = space.artefact(
+            ARTEFACT,
+            lambda: diameters(space.vocab64),
+            store=True,
+            check=lambda cached: diameters_fault(space.vocab64, cached),
+        )
         return float(values[0]), float(values[1])
 
     def scale(self, space: Space) -> float:
@@ -455,8 +493,6 @@ class TruncatedGumbel(MechanismSpec):
             f"{threshold(space.size, delta0):.6g} (V = {space.size}, Delta = {delta:.6g}, Delta0 = {delta0:.6g}); here "
             f"b = {self.scale(space):.6g}. Each token w is replaced by the word u_j among its k ~ Poisson(ln V) "
             f"nearest words that minimises d(w, u_j) + g_j, g_j iid Gumbel(0, b) truncated to [-Delta, Delta]."
-    # above its threshold, 75.82 over GloVe's first 50,000 words (its law moves little with ε)
-    default_epsilons: ClassVar[tuple[float, ...]] = (80.0, 100.0, 150.0, 300.0, 1000.0)
         )
 
     def outside(self) -> list[str]:
