@@ -12,6 +12,8 @@ leaves, and the leaves of every subquery in it, are read here:
 - a Hive table relation: the table and its location;
 - a data source v2 relation: its table and the table's ``location`` (or ``path``) property;
 - ``Range``, ``OneRowRelation``, an empty ``LocalRelation``: no source at all;
+- a reference to a common table expression (``WITH t AS (...)``, a ``CTERelationRef``): nothing of its
+  own, the CTE's definition (a child of the plan's ``WithCTE``) is read like the rest of the plan;
 - anything else (a checkpoint's or an RDD's ``LogicalRDD``, rows built from Python or pandas,
   a v2 table without a location): unknown. A release refuses such a DataFrame unless the
   caller names its source (``input=``).
@@ -51,23 +53,30 @@ def _seq(seq) -> list:  # noqa: ANN001 - a Scala Seq through py4j
     return [seq.apply(i) for i in range(seq.size())]
 
 
-def _leaves(plan) -> list:  # noqa: ANN001 - a LogicalPlan through py4j
+def _leaves(plan) -> tuple[list, set[int]]:  # noqa: ANN001 - a LogicalPlan through py4j
     """The leaves of ``plan`` and of every subquery in it (``IN``, ``EXISTS``, scalar, correlated, in any
-    clause): ``collectLeaves`` alone stops at the expressions that hold a subquery's plan."""
-    found, todo = [], [plan]
+    clause): ``collectLeaves`` alone stops at the expressions that hold a subquery's plan. And the ids of
+    the CTE definitions (``WITH t AS (...)``) on the way: a ``WithCTE`` node holds its definitions as
+    children, so their leaves are among these, and a ``CTERelationRef`` leaf reads nothing of its own."""
+    found, ctes, todo = [], set(), [plan]
     while todo:
         node = todo.pop()
         children = _seq(node.children())
         todo += children + _seq(node.subqueries())
         if not children:
             found.append(node)
-    return found
+        elif node.getClass().getSimpleName() == "CTERelationDef":
+            ctes.add(int(node.id()))
+    return found, ctes
 
 
 def _classic_sources(df: DataFrame) -> Sources:
     found = Sources()
-    for leaf in _leaves(df._jdf.queryExecution().analyzed()):
+    leaves, ctes = _leaves(df._jdf.queryExecution().analyzed())
+    for leaf in leaves:
         kind = leaf.getClass().getSimpleName()
+        if kind == "CTERelationRef" and int(leaf.cteId()) in ctes:
+            continue  # its definition's leaves are read as well
         if kind in ("LogicalRelation", "LogicalRelationWithTable"):
             table = leaf.catalogTable()
             if table.isDefined():
