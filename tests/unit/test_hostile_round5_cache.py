@@ -270,3 +270,24 @@ def test_a_key_inside_the_cache_keeps_nothing(glove, volume, caplog, monkeypatch
     said = _warnings(caplog)
     assert len(said) == 1 and "lies inside the cache" in said[0], said
     assert not volume.exists() or not any(volume.iterdir())
+
+
+def test_a_short_key_keeps_nothing_and_a_shared_key_is_said(glove, volume, key_file, caplog):
+    """A key file of fewer than 32 bytes is not a key: nothing is kept (one line). A key other users can
+    read is used, with one line asking to make it private."""
+    key_file.parent.mkdir(parents=True)
+    key_file.write_bytes(b"short")
+    spec = parse({"name": "custext", "epsilon": 5, "top_k": 20})
+    with caplog.at_level(logging.WARNING, logger="dpspark"):
+        spec.groups(_space(glove, volume))
+    said = _warnings(caplog)
+    assert len(said) == 1 and "shorter than 32 bytes" in said[0], said
+    assert not volume.exists()
+    caplog.clear()
+    key_file.write_bytes(bytes(range(32)))
+    key_file.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="dpspark"):
+        spec.groups(_space(glove, volume))
+    said = _warnings(caplog)
+    assert len(said) == 1 and "chmod 600" in said[0], said
+    assert len(_cached(volume)) == 1
