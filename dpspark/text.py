@@ -1,8 +1,8 @@
 """Tokenising, perturbing and reassembling text, one Arrow array at a time.
 
 Tokens follow GloVe's own conventions so that they find their vectors: text is
-lower-cased, words are runs of letters/digits, clitics are split the way the
-Stanford tokenizer does ("don't" → "do" "n't", "john's" → "john" "'s"), and every
+lower-cased and composed (Unicode NFC: ``normalize``), words are runs of letters/digits,
+clitics are split the way the Stanford tokenizer does ("don't" → "do" "n't", "john's" → "john" "'s"), and every
 other non-space character is a token of its own (GloVe has vectors for "," "." "!").
 Every non-whitespace character of the input belongs to a token and is therefore
 replaced.
@@ -37,6 +37,7 @@ token, so one bad row never fails a batch (see ``decode_strings``).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from itertools import chain
 
@@ -59,13 +60,22 @@ COUNT_NAMES = ("tokens", "placeholders")
 COLUMN_TYPES = {"map<string,int>": pa.map_(pa.string(), pa.int32())}
 
 
+def normalize(text: str) -> str:
+    """``text`` as the tokenizer reads it: lower-cased, then in Unicode NFC (the composed form that
+    embeddings' words are written in), so that "Paris", "PARIS" and a decomposed "São" ("Sa" + U+0303
+    + "o") find the same word. Every word file (``prepare.read_word_list``) is read through it too: a
+    file's words match the tokens they are meant to match. NFC leaves whitespace as it is, but for two
+    old spaces (U+2000, U+2001), which become U+2002 and U+2003 (the ``keep`` layout shows it)."""
+    return unicodedata.normalize("NFC", text.lower())
+
+
 def tokenize(text: str) -> tuple[list[str], list[str]]:
-    """Split lower-cased ``text`` into (tokens, gaps) with len(gaps) = len(tokens) + 1.
+    """Split ``normalize(text)`` into (tokens, gaps) with len(gaps) = len(tokens) + 1.
 
     Tokens never contain whitespace and gaps contain nothing else.
-    ``detokenize(tokens, gaps) == text.lower()`` whenever no two tokens are adjacent.
+    ``detokenize(tokens, gaps) == normalize(text)`` whenever no two tokens are adjacent.
     """
-    parts = _SPLIT.split(text.lower())
+    parts = _SPLIT.split(normalize(text))
     return parts[1::2], parts[0::2]
 
 

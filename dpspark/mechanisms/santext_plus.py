@@ -230,16 +230,19 @@ def protected_positions(space: Space, spec: SanTextPlus) -> np.ndarray:
         count = max(1, int(spec.sensitive_fraction * space.size))
         by_rank = np.argsort(space.vocab_rows, kind="stable")  # most frequent first
         return np.sort(by_rank[space.size - count :])
-    from dpspark.prepare import read_word_list  # prepare imports the mechanisms
+    from dpspark.prepare import read_word_list, warn_unmatched  # prepare imports the mechanisms
 
     path = Path(spec.sensitive_words)
-    words = read_word_list(str(path), "sensitive words file")
+    words = read_word_list(str(path), "sensitive words file")  # normalised as the tokenizer reads text
     positions = space.word_positions(words)
     if not len(positions):
         raise ConfigError(
             f"none of the {len(words)} words of {path} is in the output vocabulary: the protected set would be empty "
             "(check the file, or use --sensitive-fraction)"
         )
+    if len(positions) < len(words):
+        in_w = set(space.words.take(space.vocab_rows[positions]))
+        warn_unmatched(str(path), "sensitive words file", in_w, "the output vocabulary")
     return positions
 
 

@@ -59,7 +59,7 @@ from dpspark.evaluation import compare_report as cr
 from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.compare_analysis import Analysis, round_robin
 from dpspark.mechanisms import MechanismSpec
-from dpspark.prepare import Prepared, prepare_grid, read_word_list
+from dpspark.prepare import Prepared, prepare_grid, read_word_list, warn_unmatched
 from dpspark.progress import Costs, describe, duration, eta_line, log_progress, periodically
 from dpspark.rng import derive_key, derived_generator, new_job_key
 from dpspark.spark import backend, resources
@@ -496,7 +496,8 @@ class Comparison:
         self.token_rows = {t: index[t] for t in counts if t in index}
         self.sensitive: set[int] = set()
         if c.sensitive_words:
-            listed = [w.lower() for w in read_word_list(c.sensitive_words)]
+            listed = read_word_list(c.sensitive_words)  # normalised as the tokenizer reads text
+            warn_unmatched(c.sensitive_words, "sensitive words file", index, f"the embedding {self.emb.name}")
             self.sensitive = {index[w] for w in listed if w in index and index[w] in self.prior}
         return {
             "train_rows": n_train,

@@ -51,7 +51,7 @@ from dpspark.embeddings import embeddings_of
 from dpspark.engine import exact_attack as ea
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.mechanisms import noise as noise_family
-from dpspark.prepare import local_writes, prepare_grid, read_word_list
+from dpspark.prepare import local_writes, prepare_grid, read_word_list, warn_unmatched
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator, derive_key, new_job_key
 from dpspark.spark import backend, io, resources, stats
@@ -668,7 +668,8 @@ class _Corpus:
         listed: list[str] = []
         sensitive: set[int] = set()
         if config.sensitive_words:
-            listed = [w.lower() for w in read_word_list(config.sensitive_words)]
+            listed = read_word_list(config.sensitive_words)  # normalised as the tokenizer reads text
+            warn_unmatched(config.sensitive_words, "sensitive words file", emb.word_index, f"the embedding {emb.name}")
             sensitive = {emb.word_index[w] for w in listed if w in emb.word_index and emb.word_index[w] in prior}
         return cls(tokens, sum(c for c, _ in embedded), prior, listed, sensitive)
 
