@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -982,6 +983,22 @@ class _PlainLoader(yaml.SafeLoader):
             )
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A key given twice is refused: YAML would keep the last one silently (``epsilon:`` twice, the
+        first forgotten)."""
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, Hashable):
+                break  # YAML's own check refuses it ("found unhashable key")
+            if key in seen:
+                raise ConfigError(
+                    f"config file {self.name} sets {key!r} twice (lines {seen[key]} and {line}): keep the one you mean"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file (UTF-8, no aliases) into a dict (keys as in the CLI, with '-' or '_')."""
@@ -1000,4 +1017,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping of settings, got {type(data).__name__}")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    settings: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name in settings:  # two spellings of one setting (vocab-size and vocab_size)
+            raise ConfigError(f"config file {p} sets {name!r} twice (two spellings of it): keep the one you mean")
+        settings[name] = value
+    return settings

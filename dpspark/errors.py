@@ -30,6 +30,15 @@ class EmbeddingError(DPSparkError, ValueError):
     exit_code = 4
 
 
+class VocabularyTooSmallError(EmbeddingError):
+    """The output vocabulary has fewer words than the mechanism needs (``needed``): a command that chose the
+    vocabulary from its input says that the input is what is short."""
+
+    def __init__(self, message: str, needed: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+
+
 class OutputError(DPSparkError):
     """The output cannot be used: it exists (mode ``error``), is not an earlier dpspark
     output (mode ``overwrite``), or cannot be written."""

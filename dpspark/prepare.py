@@ -22,7 +22,7 @@ from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
 from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
-from dpspark.errors import ConfigError, DPSparkWarning
+from dpspark.errors import ConfigError, DPSparkWarning, EmbeddingError
 from dpspark.mechanisms import MechanismSpec, Space, WordMechanism
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index, recall_at_1
 from dpspark.rng import secure_generator
@@ -107,6 +107,7 @@ def prepare_grid(
     emb = embeddings or embeddings_of(config)
     timings["load_embeddings_s"] = time.perf_counter() - t0
     rows = vocabulary_rows(config, emb, vocab_words)
+    check_placeholder(config, emb, rows)
     t0 = time.perf_counter()
     device = getattr(config, "device", "auto")
     # The driver searches on its own GPU where it has one; "cuda" is the executors' requirement.
@@ -140,6 +141,23 @@ def vocabulary_rows(config: Any, emb: Embeddings, vocab_words: list[str] | None 
     if vocab_words is None and config.vocab_file:
         vocab_words = read_word_list(config.vocab_file)
     return select_vocabulary(emb, config.vocab_size, vocab_words)
+
+
+def check_placeholder(config: Any, emb: Embeddings, rows: np.ndarray) -> None:
+    """Refuse an output vocabulary that holds the ``unk`` policy's placeholder (``oov_token``, "[UNK]"): the
+    mechanism could release it for a vocabulary word, and a released "[UNK]" would then read as an
+    out-of-vocabulary token that was not one (and the output's placeholder count would count it). Refused,
+    not dropped: the vocabulary stays the one the settings name, and choosing another placeholder is one flag."""
+    token = getattr(config, "oov_token", None)
+    if getattr(config, "oov", None) != "unk" or token is None:
+        return
+    row = emb.index_of(token)
+    if row >= 0 and np.isin(row, rows):
+        raise EmbeddingError(
+            f"embeddings {emb.name} hold the word {token!r}, which is also the placeholder of out-of-vocabulary "
+            f"tokens, so a released {token!r} could be either: choose another placeholder (--oov-token <oov>) or "
+            "remove the word from the embeddings"
+        )
 
 
 def cache_dir(config: Any) -> Path:

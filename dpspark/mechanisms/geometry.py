@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dpspark.errors import EmbeddingError
+from dpspark.errors import EmbeddingError, VocabularyTooSmallError
 from dpspark.params import number
 
 # Relative size below which an eigenvalue of Σ counts as zero (Σ has trace d, so
@@ -99,9 +99,10 @@ def geometry(vectors: np.ndarray, lam: float) -> Geometry:
     lam = check_lambda(lam)
     v, d = np.asarray(vectors).shape
     if v <= d:
-        raise EmbeddingError(
+        raise VocabularyTooSmallError(
             f"a vocabulary of {v} words cannot give a positive-definite covariance in {d} dimensions: use at "
-            f"least {d + 1} words (--vocab-size), or a mechanism that needs no covariance"
+            f"least {d + 1} words (--vocab-size), or a mechanism that needs no covariance",
+            needed=d + 1,
         )
     sigma = scaled_covariance(vectors)
     xi, q = np.linalg.eigh(sigma)

@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 
 from dpspark.config import PerturbConfig
 from dpspark.embeddings import embeddings_of
-from dpspark.errors import ConfigError, InputDataError, PrivacyWarning
+from dpspark.errors import ConfigError, InputDataError, PrivacyWarning, VocabularyTooSmallError
 from dpspark.prepare import Prepared, prepare, vocabulary_rows
 from dpspark.rng import new_job_key
 from dpspark.spark import resources
@@ -59,6 +59,18 @@ def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedde
     counts = token_counts(df, *columns)
     ranked = sorted((t for t in counts if t in embedded), key=lambda t: (-counts[t], t))
     return ranked[:size]
+
+
+def corpus_too_short(c: PerturbConfig, words: int, embeddings: str, needed: int) -> VocabularyTooSmallError:
+    """The refusal of a corpus-derived vocabulary (``vocab_from_corpus``) too small for the mechanism: the corpus
+    is what is short, not --vocab-size. ``words`` is the vocabulary's size, which a release's manifest
+    publishes anyway."""
+    return VocabularyTooSmallError(
+        f"the input has only {words} distinct words with a vector in {embeddings} (--vocab-from-corpus asked for "
+        f"{c.vocab_size}), and {c.mechanism} needs at least {needed}: use a larger corpus, or drop "
+        "--vocab-from-corpus for the embedding's own vocabulary, or a mechanism that needs fewer words",
+        needed,
+    )
 
 
 def counts_in_corpus(df: DataFrame, columns: list[str], words: list[str]) -> dict[str, int]:
@@ -172,7 +184,12 @@ class PerturbJob:
                 if from_corpus:  # the vocabulary's counts in the input, for SanText+'s protected set
                     vocabulary = [emb.words[r] for r in vocabulary_rows(c, emb, words)]
                     counts = counts_in_corpus(df, list(c.columns), vocabulary)
-                self.prepared = prepare(c, embeddings=emb, workdir=workdir, vocab_words=words, corpus_counts=counts)
+                try:
+                    self.prepared = prepare(c, embeddings=emb, workdir=workdir, vocab_words=words, corpus_counts=counts)
+                except VocabularyTooSmallError as exc:
+                    if words is None or len(words) >= c.vocab_size:
+                        raise
+                    raise corpus_too_short(c, len(words), emb.name, exc.needed) from None
             else:
                 self.prepared = prepare(c, workdir=workdir)
             self.shipment = resources.ship(spark, self.prepared.write_bundle)
