@@ -364,7 +364,14 @@ def _released(command: str, c: Any, m: dict) -> str:
         f" (partition {m['partition']})" if m.get("partition") else ""
     )
     counts = ", ".join(f"{v:,} {k}" for k, v in m["counts"].items())
-    spent = "; no guarantee: this release spends an unbounded budget" if m["ledger"].get("unbounded") else ""
+    led = m["ledger"]
+    spent = (
+        "; no guarantee: this release spends an unbounded budget"
+        if led.get("this_release_unbounded", led.get("unbounded"))
+        else "; the output's budget is unbounded: an earlier release of it has no guarantee"
+        if led.get("unbounded")
+        else ""
+    )
     return f"dpspark {command}: released {where}: {counts}; manifest and ledger beside it{spent}"
 
 

@@ -14,13 +14,22 @@ partitions write different files, so neither can lose the other's entry (a singl
 read, modified and written back by both would). Values stay strings: ``hour=01`` is
 ``"01"``, never the number 1.
 
-**One ledger per guarantee type.** ε of different guarantee types is not one scale
-(``dpspark.mechanisms.base.GUARANTEE_TYPES``), so each entry records its ``guarantee_type`` and
-what the release ``spent`` in that type's unit (``cost``), and the sums are per type, never
-across types: the metric bound Σε (metric, and likewise the group, pure and rank types in their
-own ε), Σ(ε + ln(1/p)) for UMLDP (SanText+), Σ n·ε per document for SynTF's documents (n its
-``draws``), and no bound at all for a mechanism of type ``none``: such a release spends an
-unbounded budget.
+**One sum per guarantee type and unit.** ε of different guarantee types is not one scale
+(``dpspark.mechanisms.base.GUARANTEE_TYPES``), and within a type ε per unit of one metric is not ε
+per unit of another: ε = 10 of the regularized Mahalanobis norm at λ = 1 may be worth 145 per unit
+of Euclidean distance. So each entry records its ``guarantee_type``, the exact ``unit`` of its bound
+(``MechanismSpec.bound_unit``: the metric and its parameters, the digests of the embedding or the
+vocabulary that define it, CusText's grouping, ...) and what the release ``spent`` in it (``cost``),
+and the sums are per (type, unit), never across: the metric bound Σε (metric, and likewise the
+group, pure and rank types in their own ε), Σ(ε + ln(1/p)) for UMLDP (SanText+), Σ n·ε per document
+for SynTF's documents (n its ``draws``), and no bound at all for a mechanism of type ``none``: such a
+release spends an unbounded budget. Where a unit converts to another with a stated factor (the
+regularized Mahalanobis norm's Euclidean bound, Xu et al.'s Lemma 2), the entry records the factor
+(``converted``) and the summary adds the converted total beside the per-unit sums, saying how.
+
+An entry is checked against what its own fields imply when it is read (``parse_entry``): its type is
+its mechanism's, ``spent`` is its ε's cost, the unit names the parameters the entry records, the
+converted figure is ``spent`` times a factor of at least 1. One that disagrees is damaged (exit 8).
 
 Pure Python: the Spark layer (``dpspark.spark.io``) reads and writes the files.
 """
@@ -100,12 +109,22 @@ def entry(
     guarantee_type: str = "metric",
     p: float | None = None,
     draws: int | None = None,
+    unit: dict[str, Any] | None = None,
+    unit_text: str | None = None,
+    conversion: tuple[dict[str, Any], str, float] | None = None,
     **extra,
 ) -> dict[str, Any]:
-    """One release, as written to ``_dpspark_ledger/<run_id>.json``: with its guarantee type, and what it
-    ``spent`` in that type's unit (``cost``; null where unbounded)."""
+    """One release, as written to ``_dpspark_ledger/<run_id>.json``: with its guarantee type, the exact
+    unit of its bound (``unit``, keyed; ``unit_text``, in words), what it ``spent`` in that unit
+    (``cost``; null where unbounded), and, where its unit converts to another (``conversion``: the other
+    unit, in words, and the factor), the converted figure. A unit whose ``protected`` set is the
+    release's own (``"release"``) is named by the run: never summed with another release."""
     terms = {"p": p} if guarantee_type == "umldp" else {"draws": draws} if guarantee_type == "document" else {}
-    return {
+    spent_ = cost(guarantee_type, epsilon, p, draws)
+    unit = dict(unit) if unit is not None else None
+    if unit is not None and unit.get("protected") == "release":
+        unit["protected"] = f"release {run_id}"
+    out = {
         "format_version": FORMAT_VERSION,
         "run_id": run_id,
         "partition": spec,
@@ -115,9 +134,15 @@ def entry(
         "rerelease": bool(rerelease),
         "guarantee_type": guarantee_type,
         **terms,
-        "spent": cost(guarantee_type, epsilon, p, draws),
+        "spent": spent_,
         **extra,
     }
+    if unit is not None:
+        out["unit"], out["unit_text"] = unit, unit_text or UNITS.get(guarantee_type, "sum of ε")
+    if conversion is not None and spent_ is not None:
+        other, other_text, factor = conversion
+        out["converted"] = {"unit": other, "unit_text": other_text, "factor": factor, "spent": spent_ * factor}
+    return out
 
 
 def guarantee_type(e: dict[str, Any]) -> str:
@@ -125,10 +150,39 @@ def guarantee_type(e: dict[str, Any]) -> str:
     for the noise mechanisms and release-vectors, the only ones then)."""
     if isinstance(e.get("guarantee_type"), str):
         return e["guarantee_type"]
+    return mechanism_type(str(e.get("mechanism")))
+
+
+def mechanism_type(mechanism: str) -> str:
+    """The guarantee type a mechanism's releases carry (release-vectors' privemb and m1: metric)."""
     from dpspark.mechanisms import REGISTRY
 
-    spec = REGISTRY.get(str(e.get("mechanism")))
+    spec = REGISTRY.get(mechanism)
     return spec.guarantee_type if spec is not None else "metric"
+
+
+# Mechanisms whose unit has parameters that entries written before units were recorded do not hold:
+# each such entry is its own unit (never summed), where the others share one per mechanism.
+_PARAMETRISED = ("mahalanobis", "vickrey", "custext", "custext-plus", "santext-plus", "1-diffractor")
+
+
+def unit_of(e: dict[str, Any]) -> dict[str, Any]:
+    """The exact unit of an entry's bound (``MechanismSpec.bound_unit``). An entry written before units
+    were recorded: its mechanism's, the embedding not recorded, and its own where the mechanism's unit has
+    parameters the entry does not hold."""
+    if isinstance(e.get("unit"), dict):
+        return e["unit"]
+    unit: dict[str, Any] = {"recorded": False, "mechanism": str(e.get("mechanism"))}
+    if unit["mechanism"] in _PARAMETRISED:
+        unit["release"] = str(e.get("run_id"))
+    return unit
+
+
+def _unit_text(e: dict[str, Any]) -> str:
+    kind = guarantee_type(e)
+    if isinstance(e.get("unit_text"), str):
+        return e["unit_text"]
+    return f"{UNITS.get(kind, 'sum of ε')} ({e.get('mechanism')}; unit not recorded: an entry of an earlier version)"
 
 
 def spent(e: dict[str, Any]) -> float | None:
@@ -153,14 +207,78 @@ def parse_entry(name: str, text: str) -> dict[str, Any]:
     bad_spec = spec is not None and not (
         isinstance(spec, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in spec.items())
     )
-    bad_eps = isinstance(data, dict) and not isinstance(data.get("epsilon"), int | float)
+    bad_eps = isinstance(data, dict) and not _number(data.get("epsilon"))
     if missing or bad_spec or bad_eps:
         what = f"misses {', '.join(missing)}" if missing else "has a malformed partition or epsilon"
-        raise LedgerError(
-            f"ledger entry {name} {what}: the record of which records were released is damaged; restore it from a "
-            "backup (dpspark never rewrites ledger entries)"
-        )
+        raise LedgerError(f"ledger entry {name} {what}: {_DAMAGED}")
+    wrong = disagreement(data)
+    if wrong:
+        raise LedgerError(f"ledger entry {name} {wrong}: {_DAMAGED}")
     return data
+
+
+_DAMAGED = (
+    "the record of which records were released is damaged; restore it from a backup (dpspark never rewrites "
+    "ledger entries)"
+)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _close(a: Any, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return _number(a) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def disagreement(e: dict[str, Any]) -> str | None:
+    """What in an entry contradicts its own fields (None: nothing): a guarantee type that is not its
+    mechanism's, a ``spent`` that is not its ε's cost, a unit that names other parameters than the entry
+    records, a converted figure that is not ``spent`` times a factor of at least 1."""
+    kind = e.get("guarantee_type", guarantee_type(e))
+    if kind not in UNITS:
+        return f"has an unknown guarantee_type {kind!r} (one of {', '.join(UNITS)})"
+    if kind != mechanism_type(str(e["mechanism"])):
+        return (
+            f"says guarantee_type {kind!r}, but {e['mechanism']} releases are {mechanism_type(str(e['mechanism']))!r}"
+        )
+    if e["epsilon"] <= 0:
+        return f"has epsilon {e['epsilon']!r}, not a positive number"
+    if "delta" in e and not (_number(e["delta"]) and 0 <= e["delta"] < 1):
+        return f"has delta {e['delta']!r}, not a number in [0, 1)"
+    if "spent" in e and not _close(e["spent"], _expected_cost(e, kind)):
+        return f"says spent {e['spent']!r}, but epsilon {e['epsilon']:g} costs {_expected_cost(e, kind)!r} in its unit"
+    return _unit_disagreement(e)
+
+
+def _expected_cost(e: dict[str, Any], kind: str) -> float | None:
+    p, draws = e.get("p"), e.get("draws")
+    if (kind == "umldp" and not (_number(p) and 0 < p <= 1)) or (draws is not None and not _number(draws)):
+        return math.nan  # a malformed p or draws: no spent agrees with it
+    return cost(kind, e["epsilon"], p, draws)
+
+
+def _unit_disagreement(e: dict[str, Any]) -> str | None:
+    unit, params = e.get("unit"), e.get("parameters")
+    if "unit" in e and not (isinstance(unit, dict) and all(isinstance(k, str) for k in unit)):
+        return "has a malformed unit"
+    if isinstance(unit, dict) and isinstance(params, dict):
+        for key in unit.keys() & params.keys():
+            if unit[key] != params[key]:
+                return f"names {key} = {unit[key]!r} in its unit, but {params[key]!r} in its parameters"
+    conv = e.get("converted")
+    if conv is None:
+        return None
+    ok = (
+        isinstance(conv, dict)
+        and isinstance(conv.get("unit"), dict)
+        and _number(conv.get("factor"))
+        and conv["factor"] >= 1.0
+        and _close(conv.get("spent"), None if e.get("spent") is None else e["spent"] * conv["factor"])
+    )
+    return None if ok else "has a converted figure that is not its spent times a factor of at least 1"
 
 
 def overlapping(entries: list[dict[str, Any]], spec: dict[str, str] | None) -> list[dict[str, Any]]:
@@ -168,46 +286,91 @@ def overlapping(entries: list[dict[str, Any]], spec: dict[str, str] | None) -> l
     return sorted((e for e in entries if overlaps(e["partition"], spec)), key=lambda e: e["finished_at"])
 
 
+def _key(unit: dict[str, Any]) -> str:
+    return json.dumps(unit, sort_keys=True, ensure_ascii=False)
+
+
 def by_guarantee_type(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One sum per guarantee type, in that type's unit (``UNITS``), never across types: ``spent`` is
-    null where a release has no finite bound (``unbounded``: a ``none`` mechanism), or where n is each
-    document's token count (SynTF's documents without ``draws``)."""
-    kinds: dict[str, list[dict[str, Any]]] = {}
+    """One sum per guarantee type and exact unit (``unit_of``), never across: ``spent`` in the unit
+    named by ``unit`` (in words) and ``exact_unit`` (keyed), null where a release has no finite bound
+    (``unbounded``: a ``none`` mechanism), or where n is each document's token count (SynTF's
+    documents without ``draws``)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for e in entries:
-        kinds.setdefault(guarantee_type(e), []).append(e)
+        groups.setdefault((guarantee_type(e), _key(unit_of(e))), []).append(e)
     out = []
-    for kind, group in kinds.items():
+    for (kind, _), group in groups.items():
         costs = [spent(e) for e in group]
+        row = {
+            "guarantee_type": kind,
+            "unit": _unit_text(group[-1]),
+            "exact_unit": unit_of(group[-1]),
+            "spent": None if None in costs else sum(costs),
+            "unbounded": kind == "none",
+            "releases": len(group),
+        }
+        if any("delta" in e for e in group):  # PrivEmb's (ε, δ): the δ add up too
+            row["delta_spent"] = sum(float(e.get("delta", 0.0)) for e in group)
+        out.append(row)
+    return out
+
+
+def converted(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The totals in a unit that other units convert to with a stated factor (``entry``'s ``converted``):
+    the releases of that unit as spent, plus each converted release's ``spent`` times its factor; one row
+    per target unit that at least one release converts to. The releases of other units are not in it."""
+    targets: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        conv = e.get("converted")
+        if isinstance(conv, dict) and conv.get("spent") is not None:
+            row = targets.setdefault(
+                _key(conv["unit"]),
+                {"guarantee_type": guarantee_type(e), "unit": conv["unit_text"], "exact_unit": conv["unit"]},
+            )
+            row.setdefault("converted", []).append(e)
+    out = []
+    for key, row in targets.items():
+        native = [e for e in entries if _key(unit_of(e)) == key and guarantee_type(e) == row["guarantee_type"]]
+        figures = [spent(e) for e in native] + [e["converted"]["spent"] for e in row["converted"]]
         out.append(
             {
-                "guarantee_type": kind,
-                "unit": UNITS.get(kind, "sum of ε"),
-                "spent": None if None in costs else sum(costs),
-                "unbounded": kind == "none",
-                "releases": len(group),
+                "guarantee_type": row["guarantee_type"],
+                "unit": row["unit"],
+                "exact_unit": row["exact_unit"],
+                "spent_at_most": None if None in figures else sum(figures),
+                "releases": len(figures),
+                "how": (
+                    f"{len(native)} release(s) in this unit as spent, plus {len(row['converted'])} converted: "
+                    "each one's spent times its stated factor (the regularized Mahalanobis norm's Euclidean bound, "
+                    "1/sqrt(λ·ξ_min + 1 − λ), Xu et al. Lemma 2)"
+                ),
             }
         )
     return out
 
 
 def epsilon_spent(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For each released partition: what was spent on its records, at most, per guarantee type (the sum
-    over every release that overlaps it; exact when the releases of a dataset all use one partition depth).
+    """For each released partition: what was spent on its records, at most, per guarantee type and unit
+    (the sum over every release that overlaps it; exact when the releases of a dataset all use one
+    partition depth), and the converted totals (``converted``) where a unit converts to another.
 
     ``epsilon_at_most`` (kept for the readers of earlier manifests, to be removed) is that one sum where
-    every release is of one type with a finite bound, else null: ε is never added across types."""
+    every release is of one type and one unit with a finite bound, else null: ε is never added across
+    types or units."""
     specs: list[dict[str, str] | None] = []
     for e in entries:
         if e["partition"] not in specs:
             specs.append(e["partition"])
     rows = []
     for s in specs:
-        kinds = by_guarantee_type([e for e in entries if overlaps(e["partition"], s)])
+        overlapping_ = [e for e in entries if overlaps(e["partition"], s)]
+        kinds = by_guarantee_type(overlapping_)
         one = kinds[0] if len(kinds) == 1 else None
         rows.append(
             {
                 "partition": spec_text(s),
                 "by_guarantee_type": kinds,
+                "converted": converted(overlapping_),
                 "epsilon_at_most": one["spent"] if one is not None else None,
                 "releases": sum(k["releases"] for k in kinds),
             }
@@ -239,6 +402,8 @@ def summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
         "releases": len(entries),
         "epsilon_spent": epsilon_spent(entries),
         "rerelease": bool(entries[-1]["rerelease"]),
-        # A release of a mechanism without a guarantee (type none) spends an unbounded budget.
-        "unbounded": guarantee_type(entries[-1]) == "none",
+        # A release of a mechanism without a guarantee (type none) spends an unbounded budget: once one is
+        # in the ledger, the output's budget is unbounded, whatever came after it.
+        "unbounded": any(guarantee_type(e) == "none" for e in entries),
+        "this_release_unbounded": guarantee_type(entries[-1]) == "none",
     }

@@ -24,6 +24,7 @@ from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
 from dpspark.errors import ConfigError, DPSparkWarning, EmbeddingError
 from dpspark.mechanisms import MechanismSpec, Space, WordMechanism
+from dpspark.mechanisms.base import UNITS
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index, recall_at_1
 from dpspark.rng import secure_generator
 from dpspark.text import TextPerturber, normalize
@@ -120,7 +121,7 @@ def prepare_grid(
             emb.vectors[rows], str(Path(workdir) / "index.ann"), config.annoy_trees, config.annoy_search_k
         )
     timings["index_build_s"] = time.perf_counter() - t0
-    space = Space(emb.vectors, rows, index, cache_dir=cache_dir(config), words=emb.word_rows)
+    space = Space(emb.vectors, rows, index, cache_dir=cache_dir(config), words=emb.word_rows, embedding_id=emb.sha256)
     if corpus_counts is not None:
         from dpspark.mechanisms.santext_plus import CORPUS_COUNTS
         from dpspark.mechanisms.santext_plus import corpus_counts as counts_over_vocabulary
@@ -264,6 +265,25 @@ class Prepared:
             "keep_original": c.keep_original,
             "seeded": c.seed is not None,
         }
+
+    def ledger_terms(self) -> dict[str, Any]:
+        """What the release's ledger entry records of its mechanism (``ledger_terms``)."""
+        return ledger_terms(self.spec, self.space)
+
+
+def ledger_terms(spec: MechanismSpec, space: Space) -> dict[str, Any]:
+    """What a release's ledger entry records of its setting (``dpspark.ledger.entry``): the guarantee type,
+    the exact unit of its bound and its conversion, the terms of its cost, the parameters in force."""
+    conv = spec.bound_conversion(space)  # into its type's own unit (UNITS: the embedding's Euclidean distance)
+    return {
+        "guarantee_type": spec.guarantee_type,
+        "p": getattr(spec, "p", None),
+        "draws": getattr(spec, "draws", None),
+        "unit": spec.bound_unit(space),
+        "unit_text": spec.unit(space),
+        "conversion": None if conv is None else (conv[0], UNITS[spec.guarantee_type], conv[1]),
+        "parameters": {**spec.parameters(), **spec.axes()},
+    }
 
 
 def vocabulary_source(c: PerturbConfig) -> str:

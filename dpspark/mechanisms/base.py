@@ -128,6 +128,8 @@ class Space:
             (None: not kept).
         words: the embedding's words (``dpspark.embeddings.WordRows``), for mechanisms whose public
             inputs name words (a word list of SanText+, CusText+'s stop words); None where unknown.
+        embedding_id: the embedding's identity (its sha256, ``dpspark.embeddings.Embeddings.sha256``),
+            which the ledger's units name (``MechanismSpec.bound_unit``); None: the digest of ``vectors``.
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class Space:
         artefacts: dict[str, np.ndarray] | None = None,
         cache_dir: str | Path | None = None,
         words: Any = None,
+        embedding_id: str | None = None,
     ) -> None:
         self.vectors = vectors
         self.vocab_rows = np.asarray(vocab_rows, dtype=np.int64)
@@ -146,6 +149,21 @@ class Space:
         self._artefacts = dict(artefacts or {})
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.words = words
+        self._embedding_id = embedding_id
+
+    @cached_property
+    def embedding_digest(self) -> str:
+        """The embedding's identity, 16 hex digits (public: the manifest names its sha256): the Euclidean
+        metric of a mechanism's bound is the embedding's own, so a ledger unit names it."""
+        if self._embedding_id is None:
+            self._embedding_id = hashlib.sha256(np.ascontiguousarray(self.vectors).tobytes()).hexdigest()
+        return self._embedding_id[:16]
+
+    @cached_property
+    def vocabulary_digest(self) -> str:
+        """φ(W)'s identity, 16 hex digits: what a metric or a grouping computed from the vocabulary's vectors
+        (Σ of the regularized Mahalanobis norm, CusText's groups, 1-Diffractor's lists) is a function of."""
+        return hashlib.sha256(np.ascontiguousarray(self.vectors[self.vocab_rows]).tobytes()).hexdigest()[:16]
 
     @property
     def dim(self) -> int:
@@ -417,6 +435,11 @@ class MechanismSpec(BaseModel):
     # runs either level; the Spark jobs only add the columns named here.
     text_level: ClassVar[bool] = False
     extra_columns: ClassVar[dict[str, str]] = {}
+    # The ε grid a grid command (compare, evaluate-utility, privacy-risk, privacy-stats) measures without
+    # --epsilons: the first grid of README.md's "Choosing a mechanism and ε", which brackets the mechanism's
+    # window on the shipped sample from word salad to a near copy (docs/choosing-epsilon.md has the figures;
+    # tests/unit/test_default_grids.py checks both tables against it). ε is not one scale across mechanisms.
+    default_epsilons: ClassVar[tuple[float, ...]] = ()
 
     class Config:
         extra = "forbid"
@@ -463,15 +486,31 @@ class MechanismSpec(BaseModel):
         the metric is not the Euclidean distance of the embedding."""
         return UNITS[self.guarantee_type]
 
+    def bound_unit(self, space: Space) -> dict[str, Any]:
+        """The exact unit of this setting's ε, as the ledger keys it (``dpspark.ledger``): the ε of two
+        releases add up only when their units are equal, since ε per unit of one metric is not ε per unit
+        of another. Public values only: the metric, its parameters, and the digests of what defines it.
+
+        By guarantee type: the embedding's Euclidean distance (``metric``); any two tokens (``pure``) or
+        documents (``document``); no bound (``none``). A mechanism whose metric or grouping has parameters
+        says its own; any other falls back on the setting itself (never summed with another setting)."""
+        if self.guarantee_type == "metric":
+            return {"distance": "euclidean", "embedding": space.embedding_digest}
+        if self.guarantee_type in ("pure", "document"):
+            return {"neighbours": "any two tokens" if self.guarantee_type == "pure" else "any two documents"}
+        if self.guarantee_type == "none":
+            return {"bound": "none"}
+        return {"setting": self.name, **self.axes(), "vocabulary": space.vocabulary_digest}
+
+    def bound_conversion(self, space: Space) -> tuple[dict[str, Any], float] | None:
+        """Another unit this setting's ε converts to, and the factor: ε per unit of ``bound_unit`` bounds
+        factor·ε per unit of the other (the regularized Mahalanobis norm's Euclidean bound); None: none."""
+        return None
+
     def check_vocabulary(self, size: int) -> None:
         """Refuse (ConfigError) a setting that a vocabulary of ``size`` words cannot take; called on the
         settings before Spark starts (``vocab_size``) and again on the vocabulary itself (``prepare``)."""
 
-    # The ε grid a grid command (compare, evaluate-utility, privacy-risk, privacy-stats) measures without
-    # --epsilons: the first grid of README.md's "Choosing a mechanism and ε", which brackets the mechanism's
-    # window on the shipped sample from word salad to a near copy (docs/choosing-epsilon.md has the figures;
-    # tests/unit/test_default_grids.py checks both tables against it). ε is not one scale across mechanisms.
-    default_epsilons: ClassVar[tuple[float, ...]] = ()
     def outside(self) -> list[str]:
         """What this mechanism releases outside its guarantee by design (beside the run's opt-ins)."""
         return []

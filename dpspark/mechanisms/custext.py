@@ -325,6 +325,11 @@ class CusText(MechanismSpec):
     def artefact_name(self) -> str:
         return f"{self.name}/groups/v1/k={self.top_k}/{self.similarity}"  # v1: the mapping's version
 
+    def bound_unit(self, space: Space) -> dict[str, Any]:
+        """ε holds between two words of one group: the unit is the grouping (K, the similarity, the stop
+        list of CusText+: the artefact's name) of this vocabulary's vectors."""
+        return {"groups": self.artefact_name, "vocabulary": space.vocabulary_digest}
+
     def stop_positions(self, space: Space) -> np.ndarray:
         """The W positions released unchanged (none for CusText)."""
         return np.zeros(0, dtype=np.int64)

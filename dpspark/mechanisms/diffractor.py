@@ -143,6 +143,10 @@ class Diffractor(MechanismSpec):
             out["position_gamma"] = self.gamma_value()
         return out
 
+    def bound_unit(self, space: Space) -> dict[str, Any]:
+        """ε per list position: the unit is the L public lists (their algorithm's name) of this vocabulary."""
+        return {"positions": self.artefact_name, "lists": self.lists, "vocabulary": space.vocabulary_digest}
+
     def starts(self, space: Space) -> np.ndarray:
         """The first word of each list: the word of frequency rank ⌊l·V/L⌋ of W (the embedding's order), l = 0..L − 1;
         list 0 starts at the most frequent word."""

@@ -208,6 +208,20 @@ class _NoiseSpec(MechanismSpec):
         g = geometry_of(space, self.lam)
         return {"euclidean_epsilon_bound": g.euclidean_epsilon(self.epsilon), "xi_min": g.xi_min}
 
+    def bound_unit(self, space: Space) -> dict[str, Any]:
+        """Euclidean for λ = 0; else the regularized Mahalanobis norm of this λ and of Σ, the covariance of
+        this vocabulary's vectors (another vocabulary, another Σ, another norm)."""
+        if self.lam == 0:
+            return MechanismSpec.bound_unit(self, space)
+        return {"distance": "regularized-mahalanobis", "lambda": self.lam, "vocabulary": space.vocabulary_digest}
+
+    def bound_conversion(self, space: Space) -> tuple[dict[str, Any], float] | None:
+        """λ > 0: ε per unit of ||·||_RM bounds ε / sqrt(λ·ξ_min + 1 − λ) per unit of Euclidean distance
+        (Xu et al., Lemma 2)."""
+        if self.lam == 0:
+            return None
+        return MechanismSpec.bound_unit(self, space), geometry_of(space, self.lam).euclidean_epsilon(1.0)
+
     def unit(self, space: Space) -> str:
         """Euclidean for λ = 0 (Laplace); else the regularized Mahalanobis norm, whose ε per unit of
         Euclidean distance is up to ε / sqrt(λ·ξ_min + 1 − λ)."""
@@ -235,6 +249,7 @@ class Laplace(_NoiseSpec):
     lam: Literal[0.0] = Field(default=0.0, alias="lambda", description="λ = 0 (the Laplace mechanism)")
     paper: ClassVar[str] = "Feyisetan, Balle, Drake, Diethe, WSDM 2020 (calibrated multivariate perturbations)"
     summary: ClassVar[str] = "multivariate Laplace noise on the embedding, nearest word"
+    default_epsilons: ClassVar[tuple[float, ...]] = (4.0, 5.0, 6.0, 8.0, 10.0)
 
     @validator("lam", pre=True, allow_reuse=True)
     def _lam(cls, v: Any) -> float:
@@ -249,10 +264,9 @@ class Mahalanobis(_NoiseSpec):
     name: Literal["mahalanobis"] = "mahalanobis"
     lam: float = Field(default=1.0, alias="lambda", description="λ in [0, 1] (1: full Mahalanobis)")
     paper: ClassVar[str] = "Xu, Aggarwal, Feyisetan, Teissier, PrivateNLP 2020 (regularized Mahalanobis metric)"
-    default_epsilons: ClassVar[tuple[float, ...]] = (4.0, 5.0, 6.0, 8.0, 10.0)
     summary: ClassVar[str] = "elliptical noise shaped by the embedding's covariance, nearest word"
+    default_epsilons: ClassVar[tuple[float, ...]] = (4.0, 5.0, 6.0, 8.0, 10.0)
 
     @validator("lam", pre=True, allow_reuse=True)
     def _lam(cls, v: Any) -> float:
         return 1.0 if v is None or v == "" else check_lambda(v)
-    default_epsilons: ClassVar[tuple[float, ...]] = (4.0, 5.0, 6.0, 8.0, 10.0)

@@ -132,6 +132,15 @@ class SanTextPlus(MechanismSpec):
             return f"santext-plus/protected/corpus/fraction={self.sensitive_fraction!r}"
         return f"santext-plus/protected/fraction={self.sensitive_fraction!r}"
 
+    def bound_unit(self, space: Space) -> dict[str, Any]:
+        """The embedding's Euclidean distance, for outputs in V_S: the protected set is part of the unit. A
+        fraction of W is named by the vocabulary; a set from a word file or the corpus is this release's own
+        (``"release"``: the ledger names the run, and never publishes a digest of the set)."""
+        unit = {"distance": "euclidean", "embedding": space.embedding_digest}
+        if self.sensitive_words is None and not self.sensitive_from_corpus:
+            return {**unit, "protected": f"fraction={self.sensitive_fraction!r}", "vocabulary": space.vocabulary_digest}
+        return {**unit, "protected": "release"}
+
     def protected(self, space: Space) -> np.ndarray:
         """V_S: sorted positions in W (computed on the driver, shipped in the bundle)."""
         return space.artefact(self.artefact_name, lambda: protected_positions(space, self))

@@ -225,6 +225,12 @@ class Vickrey(MechanismSpec):
     def unit(self, space: Space) -> str:
         return _NoiseSpec.unit(self, space)  # type: ignore[arg-type]
 
+    def bound_unit(self, space: Space) -> dict[str, Any]:
+        return _NoiseSpec.bound_unit(self, space)  # type: ignore[arg-type]
+
+    def bound_conversion(self, space: Space) -> tuple[dict[str, Any], float] | None:
+        return _NoiseSpec.bound_conversion(self, space)  # type: ignore[arg-type]
+
     def guarantee(self, space: Space) -> str:
         return _NoiseSpec.guarantee(self, space) + (  # type: ignore[arg-type]
             f" The choice between the two nearest words of the noisy vector (t = {self.t:g}) is post-processing of "

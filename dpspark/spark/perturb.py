@@ -220,6 +220,9 @@ class PerturbJob:
             "expected_unchanged": self.unchanged,
         }
 
+    def ledger_terms(self) -> dict[str, Any]:
+        return self.prepared.ledger_terms()
+
     def close(self) -> None:
         if self.shipment is not None:
             self.shipment.close()

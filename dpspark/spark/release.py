@@ -66,6 +66,7 @@ class Job(Protocol):
     def side_files(self) -> dict[str, bytes]: ...
     def replaced_columns(self) -> list[str]: ...  # columns whose type the job changes on purpose
     def manifest_fields(self, counts: dict[str, int]) -> dict[str, Any]: ...
+    def ledger_terms(self) -> dict[str, Any]: ...  # the ledger entry's guarantee type, unit and cost terms
     def close(self) -> None: ...
 
 
@@ -317,9 +318,9 @@ def _check_written(
 
 
 def _ledger_entry(job: Job, run_id: str, spec: dict[str, str] | None, again: bool, rows: int) -> dict[str, Any]:
-    """The release's ledger entry, with its mechanism's guarantee type (release-vectors': metric)."""
+    """The release's ledger entry: its mechanism's guarantee type, the exact unit of its bound and what it
+    spent there (``job.ledger_terms``)."""
     c = job.config
-    mech = getattr(c, "spec", None)  # perturb's word mechanism
     return ledger.entry(
         run_id,
         spec,
@@ -327,9 +328,7 @@ def _ledger_entry(job: Job, run_id: str, spec: dict[str, str] | None, again: boo
         str(getattr(c, "mechanism", job.command)),
         now(),
         again,
-        guarantee_type=mech.guarantee_type if mech is not None else "metric",
-        p=getattr(mech, "p", None),
-        draws=getattr(mech, "draws", None),
+        **job.ledger_terms(),
         command=job.command,
         rows=rows,
     )

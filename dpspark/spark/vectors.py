@@ -78,6 +78,7 @@ class VectorsJob:
         self.shipment: resources.Shipment | None = None
         self.phi: np.ndarray | None = None
         self.d, self.kind, self.m = 0, "array", 0
+        self.embedding = ""
 
     def check(self, df: DataFrame) -> DataFrame:
         column = self.config.column
@@ -100,7 +101,7 @@ class VectorsJob:
             from dpspark.embeddings import load_embeddings
 
             emb = load_embeddings(c.embeddings)
-            self.d = emb.dim
+            self.d, self.embedding = emb.dim, f"embedding {emb.sha256[:16]}"
             self.shipment = resources.ship(
                 spark, lambda d: save_bundle(d, emb, {"nn": None}, embeddings_dir=c.embeddings_dir)
             )
@@ -150,6 +151,20 @@ class VectorsJob:
             ),
             "rows": counts["rows"],
             "seeded": c.seed is not None,
+        }
+
+    def ledger_terms(self) -> dict[str, Any]:
+        """A metric bound in the Euclidean distance of the released column's vectors (of the mean word
+        vector of the embedding, for a text column); PrivEmb's δ is recorded beside ε."""
+        c = self.config
+        space = f"mean word vector of {self.embedding}" if self.kind == "text" else f"vectors of column {c.column}"
+        extra = {"delta": c.delta} if c.mechanism == "privemb" else {}
+        return {
+            "guarantee_type": "metric",
+            "unit": {"distance": "euclidean", "vectors": space, "dimension": self.d},
+            "unit_text": f"ε per unit of Euclidean distance between the input {space} (d = {self.d})",
+            "parameters": {"name": c.mechanism, "epsilon": c.epsilon, **extra},
+            **extra,
         }
 
     def close(self) -> None:

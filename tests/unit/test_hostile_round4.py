@@ -10,9 +10,13 @@ import pytest
 
 from dpspark import ledger
 
+EUCLIDEAN = {"distance": "euclidean", "embedding": "e0"}  # one embedding's Euclidean distance
+
 
 def _entry(run_id, mechanism, kind, epsilon, **terms):
-    return ledger.entry(run_id, None, epsilon, mechanism, f"2026-11-26T10:0{run_id[-1]}:00", True, kind, **terms)
+    return ledger.entry(
+        run_id, None, epsilon, mechanism, f"2026-11-26T10:0{run_id[-1]}:00", True, kind, unit=EUCLIDEAN, **terms
+    )
 
 
 def test_ledger_sums_per_guarantee_type_never_across():
@@ -43,8 +47,10 @@ def test_ledger_sums_per_guarantee_type_never_across():
     assert ledger.summary(entries[:4])["unbounded"] is False
 
 
-def test_ledger_old_entries_keep_their_sum_and_type():
-    # Entries written before guarantee types were recorded: their mechanism's type, ε as spent.
+def test_ledger_old_entries_keep_their_type_and_are_summed_only_where_their_unit_is_known():
+    # Entries written before guarantee types were recorded: their mechanism's type, ε as spent. Their unit
+    # was not recorded: a mahalanobis entry's λ is unknown, so each is its own unit (never summed), while
+    # the laplace entries (the embedding's Euclidean distance) share one.
     old = [
         {
             "run_id": f"r{i}",
@@ -57,10 +63,15 @@ def test_ledger_old_entries_keep_their_sum_and_type():
         for i in range(2)
     ]
     (row,) = ledger.epsilon_spent(old)
-    assert row["epsilon_at_most"] == 20.0
-    assert row["by_guarantee_type"] == [
-        {"guarantee_type": "metric", "unit": ledger.UNITS["metric"], "spent": 20.0, "unbounded": False, "releases": 2}
+    assert row["epsilon_at_most"] is None
+    assert [(k["guarantee_type"], k["spent"], k["releases"]) for k in row["by_guarantee_type"]] == [
+        ("metric", 10.0, 1),
+        ("metric", 10.0, 1),
     ]
+    assert all("not recorded" in k["unit"] for k in row["by_guarantee_type"])
+    laplace = [{**e, "mechanism": "laplace"} for e in old]
+    (row,) = ledger.epsilon_spent(laplace)
+    assert row["epsilon_at_most"] == 20.0 and row["by_guarantee_type"][0]["releases"] == 2
 
 
 # --- refusals before Spark starts: exit code, one sentence, nothing changed or left behind ----------
