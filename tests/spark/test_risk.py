@@ -14,6 +14,7 @@ import pytest
 from dpspark import risk
 from dpspark.config import RiskConfig
 from dpspark.engine import nw_sw
+from dpspark.errors import DPSparkWarning
 from dpspark.evaluation.datasets import sms_spam
 from dpspark.prepare import prepare_grid
 from dpspark.rng import SeededRunWarning
@@ -118,6 +119,60 @@ def test_privacy_risk_mixes_mechanisms_with_exact_likelihoods(spark, tmp_path):
     assert m["mechanisms"] == ["laplace", "tem", "santext"] and len(m["settings"]) == 6
 
 
+def broadcasts(spark, after: int) -> list[tuple[int, float]]:
+    """(rows, MiB) of every broadcast of the SQL executions numbered above ``after``, as Spark's own metrics
+    of each BroadcastExchange give them, the final adaptive plans included: what the driver held whole
+    and every executor received."""
+    units = {"B": 2**-20, "KiB": 2**-10, "MiB": 1.0, "GiB": 2**10}
+    store = spark._jsparkSession.sharedState().statusStore()
+    out = []
+    for e in _java_list(store.executionsList()):
+        if e.executionId() <= after:
+            continue
+        values = store.executionMetrics(e.executionId())
+        for node in _java_list(store.planGraph(e.executionId()).allNodes()):
+            if node.name() != "BroadcastExchange":
+                continue
+            metric = {m.name(): values.get(m.accumulatorId()) for m in _java_list(node.metrics())}
+            rows = metric["number of output rows"]
+            size = metric["data size"]
+            if rows.isDefined() and size.isDefined():
+                number, unit = size.get().replace(",", "").split()
+                out.append((int(rows.get().replace(",", "")), float(number) * units[unit]))
+    return out
+
+
+def _java_list(seq) -> list:  # noqa: ANN001
+    it, out = seq.iterator(), []
+    while it.hasNext():
+        out.append(it.next())
+    return out
+
+
+def last_execution(spark) -> int:
+    ids = [e.executionId() for e in _java_list(spark._jsparkSession.sharedState().statusStore().executionsList())]
+    return max(ids, default=-1)
+
+
+def test_privacy_risk_broadcasts_nothing_that_grows_with_the_vocabulary(spark, tmp_path):
+    """Issue 39, defect 15: at the default 50,000-word vocabulary the model attacker's guesses (settings ×
+    V × 5 rows) were broadcast whole, twice (448 MiB each on SMS spam), and the driver ran out of memory.
+    Every broadcast of a run with a model attacker and a doubling of the fitting runs holds fewer rows
+    than the vocabulary has words, and at most 64 MiB."""
+    data = sms_spam(tmp_path / "sms", rows=300)
+    values = {"input": data, "text_column": "text", "output": str(tmp_path / "r"), "vocab_size": 3000}
+    grid = {"mechanisms": "laplace", "epsilons": "5,10", "runs": 4, "max_fit_runs": 4, "seed": 3, "max_words": 100}
+    before = last_execution(spark)
+    with pytest.warns(SeededRunWarning):
+        m = run_privacy_risk(RiskConfig.parse({**values, **grid}), spark)
+    assert [r["fit_runs"] for r in m["results"]] == [4, 4]  # the doubling ran: its attack was measured too
+    assert all(not math.isnan(r["model_top1"]) for r in m["results"])
+    sent = broadcasts(spark, before)
+    assert sent, "no broadcast found: the metrics were not read"
+    assert max(rows for rows, _ in sent) < 3000, sent
+    assert max(mib for _, mib in sent) <= 64, sent
+
+
 @pytest.mark.runtime
 @pytest.mark.xdist_group("connect")
 def test_privacy_risk_end_to_end(classic, risk_on_the_sample):
@@ -171,7 +226,8 @@ def test_per_document_exposure_known_answers(spark, glove, tmp_path):
     values = {"text_column": "text", "output": str(tmp_path / "r"), "vocab_size": 2000, "seed": 4}
     values |= {"mechanisms": "santext,tem,laplace", "epsilons": "2,5000"}
     values |= {"sensitive_words": str(sensitive), "doc_runs": 7, "runs": 4}
-    with pytest.warns(SeededRunWarning):
+    unmatched = r"1 of the 3 words of sensitive words file .* \(line 3\)"  # zzzqqq: read as the text is
+    with pytest.warns(SeededRunWarning), pytest.warns(DPSparkWarning, match=unmatched):
         m = run_privacy_risk(RiskConfig.parse(values), spark, df=df)
     by = {(r["mechanism"], r["epsilon"]): r for r in m["results"]}
     santext, tem, laplace = by[("santext", 5000.0)], by[("tem", 2.0)], by[("laplace", 5000.0)]
