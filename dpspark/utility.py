@@ -14,8 +14,16 @@ average over. Tables have a row per setting and a column per ε; ε of mechanism
 different guarantee types is not one scale (``report.guarantee_note``).
 
 Binary labels give accuracy, precision, recall, F1 and ROC AUC of the positive class
-(the last label in sorted order: 1, true, "spam"); more classes give accuracy and
+(the last label in sorted order: 1, true, "spam") and macro-F1; more classes give accuracy and
 macro-F1.
+
+Beside every accuracy stands the test split's **majority-class rate**: the accuracy of a model that
+learned nothing and predicts the most frequent class for every row (88% on SMS spam, whose rows are
+mostly "ham"). A setting, or the baseline, **beats the majority class** when the lower end of its
+accuracy's 95% interval lies above that rate (``beats_majority``): the interval being the wider of the
+repeats' t-interval and the Wilson interval of the mean accuracy over the test rows (the split's own
+sampling error, which a single run or a fixed split still has). One that does not is marked: its
+utility says nothing about the mechanism.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import numpy as np
 
 from dpspark.engine import classification
 
-BINARY_METRICS = ("accuracy", "precision", "recall", "f1", "auc")
+BINARY_METRICS = ("accuracy", "precision", "recall", "f1", "auc", "macro_f1")
 MULTICLASS_METRICS = ("accuracy", "macro_f1")
 MODES = ("train-time", "test-time")
 BASELINE = "baseline"
@@ -68,6 +76,29 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def wilson_low(share: float, rows: int, z: float = 1.959964) -> float:
+    """The lower end of the two-sided 95% Wilson score interval of a share measured on ``rows`` rows."""
+    if rows <= 0 or not math.isfinite(share):
+        return math.nan
+    centre = share + z * z / (2 * rows)
+    half = z * math.sqrt(share * (1 - share) / rows + z * z / (4 * rows * rows))
+    return (centre - half) / (1 + z * z / rows)
+
+
+def beats_majority(accuracy: float, low: float, majority: float | None, rows: int | None) -> bool | None:
+    """Whether an accuracy (mean ``accuracy``, the repeats' 95% lower end ``low``) is above the majority-class
+    rate beyond its noise: the lower of ``low`` and the Wilson lower end over ``rows`` test rows lies above
+    ``majority`` (the module docstring). None where the rate is not known (outputs of an older dpspark)."""
+    if majority is None or rows is None or accuracy is None or not math.isfinite(accuracy):
+        return None
+    return min(low, wilson_low(accuracy, int(rows))) > majority
+
+
+def majority_macro_f1(majority: float, n_classes: int) -> float:
+    """The macro-F1 of always predicting the majority class: F1 2m/(1 + m) on that class, 0 on the others."""
+    return 2 * majority / (1 + majority) / n_classes
+
+
 def auc(y: np.ndarray, score: np.ndarray) -> float:
     """ROC AUC of binary labels ``y`` (1 positive) against ``score``: the Mann–Whitney
     statistic with tied scores counted one half (NaN when a class is absent)."""
@@ -78,8 +109,8 @@ def classification_metrics(
     y: np.ndarray, prediction: np.ndarray, score: np.ndarray | None, n_classes: int
 ) -> dict[str, float]:
     """Metrics of class indices ``prediction`` against ``y`` (0..n_classes−1), in one pass of the
-    combiner ``dpspark.engine.classification`` (binary: accuracy, precision, recall, F1 of class 1
-    and AUC of ``score``, the probability of class 1; more classes: accuracy and macro-F1)."""
+    combiner ``dpspark.engine.classification`` (binary: accuracy, precision, recall, F1 of class 1,
+    AUC of ``score``, the probability of class 1, and macro-F1; more classes: accuracy and macro-F1)."""
     return classification.finish(classification.create(y, prediction, score), n_classes)
 
 
@@ -114,6 +145,8 @@ def summarise(rows: list[dict], metrics: Sequence[str]) -> list[dict]:
     by ``setting_of``. The baseline row has mode ``baseline`` and no setting, ε or axis. Every
     metric lies in [0, 1], so the t-interval (which with R = 3 can pass those limits) is
     clipped to it. Rows come out by mode, then setting (in order of first appearance), then ε.
+    Rows that carry the test split's ``majority_rate`` and ``test_rows`` (``Model.score``'s) give each
+    summary row those and ``beats_majority`` (None without them).
     """
     from dpspark.report import axis_names
 
@@ -133,8 +166,45 @@ def summarise(rows: list[dict], metrics: Sequence[str]) -> list[dict]:
         for m in metrics:
             mean, low, high = mean_ci([r[m] for r in rs])
             s[f"{m}_mean"], s[f"{m}_low"], s[f"{m}_high"] = mean, max(low, 0.0), min(high, 1.0)
+        for k in ("majority_rate", "majority_class", "test_rows"):
+            s[k] = first.get(k)
+        acc = (s["accuracy_mean"], s["accuracy_low"]) if "accuracy" in metrics else (None, None)
+        s["beats_majority"] = beats_majority(*acc, s["majority_rate"], s["test_rows"])
         out.append(s)
     return out
+
+
+NOT_ABOVE = "†"  # marks an accuracy that does not beat the majority class
+
+
+def majority_lines(summary: list[dict], n_classes: int, label: str | None = None) -> list[str]:
+    """summary.md's lines on the majority class: its rate and macro-F1, whether the baseline beats it,
+    and, where no setting does, that these figures cannot tell the settings apart."""
+    base = baseline_of(summary)
+    rate = base.get("majority_rate")
+    if rate is None:
+        return []
+    named = f" ({label!r})" if label is not None else ""
+    lines = [
+        f"Majority class of the test split{named}: {100 * rate:.1f}% of its {base['test_rows']} rows, the accuracy "
+        f"of always predicting it (macro F1 {majority_macro_f1(rate, n_classes):.4f}). {NOT_ABOVE} marks an "
+        "accuracy that does not beat it: the lower end of its 95% interval (the repeats' t-interval or the Wilson "
+        "interval over the test rows, the lower) is at or below that rate."
+    ]
+    settings = [s for s in summary if s["mode"] != BASELINE]
+    if base.get("beats_majority") is False:
+        lines.append(
+            f"**The non-private baseline does not beat the majority class** (accuracy {base['accuracy_mean']:.4f}): "
+            "the classifier learned nothing it can show on this data, so no utility figure here says anything about "
+            "the mechanisms; use more rows, or a model or labels it can learn."
+        )
+    elif settings and not any(s["beats_majority"] for s in settings):
+        lines.append(
+            "**No setting beats the majority class**: trained or tested on perturbed text the classifier learned "
+            "nothing it can show, so these figures cannot tell the settings apart; use more rows, a larger "
+            "vocabulary (--vocab-size) or larger ε."
+        )
+    return lines
 
 
 def baseline_of(summary: list[dict]) -> dict:
@@ -142,19 +212,29 @@ def baseline_of(summary: list[dict]) -> dict:
     return base
 
 
-def summary_md(summary: list[dict], metrics: Sequence[str], title: str, notes: Sequence[str] = ()) -> str:
+def summary_md(
+    summary: list[dict],
+    metrics: Sequence[str],
+    title: str,
+    notes: Sequence[str] = (),
+    n_classes: int = 2,
+    majority_label: str | None = None,
+) -> str:
     """Tables as in Xu et al.'s figures: a row per setting (mechanism and its own parameters),
-    columns ε, a cell "mean (low–high)", per mode and metric; the guarantee note under them, then
-    each setting against the Laplace mechanism."""
+    columns ε, a cell "mean (low–high)", per mode and metric, an accuracy that does not beat the
+    majority class marked; the guarantee note under them, then each setting against the Laplace
+    mechanism."""
     from dpspark.report import guarantee_note
 
     base = baseline_of(summary)
     lines = [f"# {title}", ""]
+    mark = f" {NOT_ABOVE}" if base.get("beats_majority") is False else ""
     lines.append(
         "Non-private baseline (plain train, plain test): "
-        + ", ".join(f"{m} {base[f'{m}_mean']:.4f}" for m in metrics)
+        + ", ".join(f"{m} {base[f'{m}_mean']:.4f}" + (mark if m == "accuracy" else "") for m in metrics)
         + "."
     )
+    lines += ["", *majority_lines(summary, n_classes, majority_label)]
     lines += ["", *notes, ""] if notes else [""]
     for mode in MODES:
         rows = [s for s in summary if s["mode"] == mode]
@@ -176,7 +256,8 @@ def summary_md(summary: list[dict], metrics: Sequence[str], title: str, notes: S
                 cells = []
                 for e in eps:
                     s = by.get((e, setting))
-                    cells.append("–" if s is None else cell(s, m))
+                    marked = m == "accuracy" and s is not None and s.get("beats_majority") is False
+                    cells.append("–" if s is None else cell(s, m) + (f" {NOT_ABOVE}" if marked else ""))
                 lines.append(f"| {setting} | " + " | ".join(cells) + " |")
             lines.append("")
     measured = [s for s in summary if s["mode"] != BASELINE]
@@ -289,7 +370,7 @@ def utility_figure(  # noqa: ANN201
     """The Figure of ``utility_<mode>.png`` (None when ``mode`` has no rows): a panel per metric
     in a grid of three columns, every panel on the same 0–1 scale, one line per setting (mechanism
     and its own parameters; dashed for settings whose guarantee type is not metric DP) with its
-    95% CI band, the baseline dashed, the majority-class accuracy (``majority``, a share) dotted
+    95% CI band, the baseline dashed, the test split's majority-class rate (``majority``, a share) dotted
     on the accuracy panel, chance (0.5) on the AUC panel, and one legend in the grid's spare cell."""
     from dpspark.report import epsilon_axis
 
@@ -329,7 +410,7 @@ def utility_figure(  # noqa: ANN201
                 color="dimgray",  # outside the settings' colour cycle
                 linestyle=":",
                 linewidth=1.5,
-                label=f"majority class, always predicted: {100 * majority:.1f}% of all rows",
+                label=f"majority class, always predicted: {100 * majority:.1f}% of the test split",
             )
         if m == "auc":
             ax.axhline(0.5, color="grey", linestyle=":", linewidth=1.5, label="chance (AUC 0.5)")

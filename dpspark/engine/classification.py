@@ -7,9 +7,12 @@ of one pass bit for bit:
 
 - ``create(y, prediction, score)``: the counts of one batch of rows;
 - ``merge(a, b)``: both tables, counts added (a Spark backend does it as ``groupBy(...).count()``);
-- ``finish(counts, n_classes)``: binary: accuracy, precision, recall, F1 of class 1 and AUC; more
-  classes: accuracy and macro-F1 (the mean F1 over classes). Precision of a class never predicted is
-  0 (scikit-learn's default).
+- ``finish(counts, n_classes)``: binary: accuracy, precision, recall, F1 of class 1, AUC and macro-F1;
+  more classes: accuracy and macro-F1 (the mean F1 over classes). Precision of a class never predicted
+  is 0 (scikit-learn's default);
+- ``majority(counts)``: what a classifier that learned nothing scores on the same rows: the share of
+  the most frequent true class (the accuracy of always predicting it), that class and the rows. An
+  accuracy near it says the model predicts the prior, however high the figure looks (88% on SMS spam).
 
 AUC is the Mann–Whitney statistic with tied scores counted one half: twice it is the integer
 Σ_s pos(s)·(2·neg(<s) + neg(s)) over the distinct scores s, so the only rounding is the division.
@@ -82,10 +85,22 @@ def finish(counts: Counts, n_classes: int) -> dict[str, float]:
         tp, fp, fn = int(confusion[1, 1]), int(confusion[0, 1]), int(confusion[1, 0])
         out["precision"], out["recall"], out["f1"] = _prf(tp, fp, fn)
         out["auc"] = auc(counts)
-    else:
-        f1s = []
-        for k in range(n_classes):
-            tp = int(confusion[k, k])
-            f1s.append(_prf(tp, int(confusion[:, k].sum()) - tp, int(confusion[k, :].sum()) - tp)[2])
-        out["macro_f1"] = float(np.mean(f1s))
+    f1s = []
+    for k in range(n_classes):
+        tp = int(confusion[k, k])
+        f1s.append(_prf(tp, int(confusion[:, k].sum()) - tp, int(confusion[k, :].sum()) - tp)[2])
+    out["macro_f1"] = float(np.mean(f1s))  # binary too: F1 of class 1 alone hides a class never predicted
     return out
+
+
+def majority(counts: Counts) -> dict[str, float]:
+    """The rows' reference figures: ``majority_rate``, the share of the most frequent true class (ties to
+    the lower class), ``majority_class`` (that class) and ``test_rows`` (the rows scored)."""
+    by_class: Counter = Counter()
+    for (y, _, _), c in counts.items():
+        by_class[y] += c
+    n = sum(by_class.values())
+    if n == 0:
+        raise ValueError("no rows to score")
+    top = min(by_class, key=lambda k: (-by_class[k], k))
+    return {"majority_rate": by_class[top] / n, "majority_class": top, "test_rows": n}

@@ -158,22 +158,58 @@ class Analysis:
         m = self.config.utility_metric
         return max(self.baseline[m] - p[f"{mode}_{m}"] for mode in utility.MODES)
 
+    @staticmethod
+    def learns(p: dict[str, Any]) -> bool:
+        """Whether a point's classifier beats the majority class in both modes (``utility.beats_majority``);
+        a point measured without the test split's majority rate is not judged (True)."""
+        return p.get("beats_majority") is not False
+
+    def no_signal(self) -> str | None:
+        """Why utility cannot tell the settings apart, one sentence; None when it can: the non-private
+        baseline, or every setting, does not beat the majority class (its accuracy's 95% interval does not
+        lie above the test split's majority rate). The classifier then predicts the prior, whatever ε."""
+        b = self.baseline
+        if b.get("majority_rate") is None:
+            return None
+        label = b.get("majority_label")
+        share = f"{100 * b['majority_rate']:.1f}% of the test split" + (f" is {label!r}" if label is not None else "")
+        rule = "the lower end of the accuracy's 95% interval lies at or below that rate"
+        if b.get("beats_majority") is False:
+            return (
+                f"No recommendation: the non-private baseline does not beat the majority class ({share}; "
+                f"baseline accuracy {100 * b['accuracy']:.1f}%, {rule}): the classifier learned nothing on this "
+                "data, so utility cannot tell the settings apart; use more rows, or labels and a model it can learn."
+            )
+        if self.points and not any(self.learns(p) for p in self.points):
+            return (
+                f"No recommendation: no setting beats the majority class ({share}; at every setting {rule}, "
+                "trained or tested on perturbed text): the classifier learned nothing on this data, so utility "
+                "cannot tell the settings apart; use more rows, a larger --vocab-size or larger ε."
+            )
+        return None
+
     def recommend(self) -> tuple[dict[str, Any] | None, str]:
         """The recommended setting and why; or None and where the feasible region would lie.
 
         With bounds (``--max-utility-loss``, ``--max-reidentification``): the most private measured
         setting meeting both, the re-identification judged by the upper end of its 95% interval
         (the figure never understates the attacker). Without: the best utility among the settings
-        whose top-1 interval lies below ``--target-reidentification``."""
+        whose top-1 interval lies below ``--target-reidentification``. Either way only a setting whose
+        classifier beats the majority class (``learns``); none at all where utility cannot tell the
+        settings apart (``no_signal``)."""
         c = self.config
         max_reid = c.max_reidentification if c.max_reidentification is not None else c.target_reidentification
         max_loss = c.max_utility_loss
         private = lambda p: p["top1_hi"] <= max_reid  # noqa: E731
         useful = lambda p: max_loss is None or self.loss(p) <= max_loss  # noqa: E731
-        ok = [p for p in self.points if private(p) and useful(p)]
+        meeting = [p for p in self.points if private(p) and useful(p)]
+        ok = [p for p in meeting if self.learns(p)]
         bounds = f"top-1 re-identification ≤ {100 * max_reid:g}% (upper end of its 95% interval)"
         if max_loss is not None:
             bounds += f", {c.utility_metric} loss ≤ {max_loss:g} (baseline minus the mean, the worse mode)"
+        silent = self.no_signal()
+        if silent is not None:
+            return None, f"Bounds: {bounds}. **{silent}**"
         if ok:
             if c.max_utility_loss is not None:
                 best = min(ok, key=lambda p: (p["top1"], self.loss(p), p["epsilon"]))
@@ -192,7 +228,14 @@ class Analysis:
             for p in self.points
         ]
         hint = feasible_region(judged, max_loss, max_reid)
-        return None, f"Bounds: {bounds}. **No setting of the grid meets them.** {hint}"
+        left = len(meeting) - len(ok)
+        left_out = (
+            f" {left} setting{'s' if left > 1 else ''} meeting them do{'' if left > 1 else 'es'} not beat the majority "
+            "class and cannot be recommended."
+            if left
+            else ""
+        )
+        return None, f"Bounds: {bounds}. **No setting of the grid meets them.**{left_out} {hint}"
 
     def nearest_feasible(self) -> dict[str, Any]:
         """Without a recommendation, the measured setting nearest to meeting the bounds (the

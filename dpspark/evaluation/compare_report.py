@@ -20,6 +20,7 @@ from typing import Any
 from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.compare_analysis import Analysis
 from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY
+from dpspark.utility import majority_macro_f1
 
 MODES = ("train-time", "test-time")
 
@@ -203,6 +204,20 @@ def write_frontier(out_dir: Path, *args: Any, **kw: Any) -> str:
 
 # --- the report's sections, from the measured points ------------------------------------------------------
 
+METRIC_NAMES = {"macro_f1": "macro F1"}
+
+
+def beats(p: dict[str, Any], baseline: bool = False) -> str:
+    """The table's "beats the majority class" cell: yes, **no** (with the modes that do not), or – unknown."""
+    if baseline:
+        verdict = p.get("beats_majority")
+        return "–" if verdict is None else ("yes" if verdict else "**no**")
+    failing = [mode for mode in MODES if p.get(f"{mode}_beats_majority") is False]
+    if not failing and all(p.get(f"{mode}_beats_majority") is None for mode in MODES):
+        return "–"
+    return "yes" if not failing else f"**no** ({', '.join(failing)})"
+
+
 PRIVACY_NOTE = (
     "An evaluation for the data owner, not a release: the baseline, the examples and every figure are computed "
     "from the raw data. Keep these files with the raw data."
@@ -263,6 +278,7 @@ class Comparison:
                 f"setting; re-identification from K = {c.runs} runs per corpus word over {corpus['words_measured']} "
                 f"corpus words ({100 * corpus['token_coverage']:.1f}% of the tokens with a vector).",
                 self.coverage_line(),
+                *self.majority_line(),
                 f"Non-private baseline {m}: {self.baseline[m]:.4f}; vocabulary only (ε = ∞, no noise: each word "
                 f"its nearest vocabulary word) {self.vocabulary_only[f'train-time_{m}']:.4f} train-time, "
                 f"{self.vocabulary_only[f'test-time_{m}']:.4f} test-time. {len(self.points)} settings measured; "
@@ -271,6 +287,24 @@ class Comparison:
             ],
         )
         return data
+
+    def majority_line(self) -> list[str]:
+        """The test split's majority class: the accuracy of a classifier that learned nothing, beside which
+        every accuracy is read."""
+        b = self.baseline
+        if b.get("majority_rate") is None:
+            return []
+        label = b.get("majority_label")
+        named = f" ({label!r})" if label is not None else ""
+        verdict = "beats it" if b.get("beats_majority") is not False else "**does not beat it**"
+        return [
+            f"Majority class of the test split{named}: {pct(b['majority_rate'])}% of its {b['test_rows']} rows, the "
+            f"accuracy of always predicting it (macro F1 {pct(majority_macro_f1(b['majority_rate'], self.n_classes))}"
+            f"%). The non-private baseline (accuracy {pct(b['accuracy'])}%, macro F1 {pct(b['macro_f1'])}%) "
+            f"{verdict}. A setting beats it when the lower end of its accuracy's 95% interval (the repeats' "
+            "t-interval or the Wilson interval over the test rows, the lower) lies above that rate in both modes; "
+            "only such a setting is recommended."
+        ]
 
     def frontier(self, frontier: str) -> Section:
         """The frontier plot and its reading."""
@@ -316,7 +350,9 @@ class Comparison:
 
     def every_setting(self) -> Section:
         """Every setting's privacy and utility figures, and the settings left out."""
-        c, m = self.config, self.config.utility_metric
+        c = self.config
+        shown = self.utility_columns()
+        measures = ", ".join(METRIC_NAMES.get(k, k) for k in dict.fromkeys(k for k, _ in shown))
         privacy_rows, utility_rows = [], []
         for p in self.points:
             privacy_rows.append(
@@ -339,24 +375,29 @@ class Comparison:
                 [
                     p["setting"],
                     f"{p['epsilon']:g}",
-                    *(with_ci(p[f"{mode}_{m}"], p[f"{mode}_{m}_lo"], p[f"{mode}_{m}_hi"]) for mode in MODES),
+                    *(
+                        with_ci(p.get(f"{mode}_{k}"), p.get(f"{mode}_{k}_lo"), p.get(f"{mode}_{k}_hi"))
+                        for k, mode in shown
+                    ),
+                    beats(p),
                     f"{p['cs']:.3f}",
                     pct(p["dictionary"]),
                     "–" if p.get("puc") is None else f"{p['puc']:.3f}",
                     f"{p['time_s']:.1f}",
                 ]
             )
-        v = self.vocabulary_only
-        utility_rows.insert(
-            0, ["vocabulary only", "∞", *(f"{v[f'{mode}_{m}']:.3f}" for mode in MODES), "–", "–", "–", "–"]
-        )
+        utility_rows[:0] = self.reference_rows(shown)
         every = Section(
             "Every setting measured",
             [
                 "Privacy (percentages; 95% intervals in brackets). top-1/top-5: corpus tokens the strongest known "
                 "attacker recovers (the column `attacker` names it); unchanged: tokens released as themselves; "
                 f"Nw/K: dpspark's mean Nw over corpus words as a share of K = {c.runs}; MLDP Nw and Sw: "
-                f"{c.mldp_words} words × {c.mldp_trials} trials, Sw without the word itself; PP, LOW: see Definitions."
+                f"{c.mldp_words} words × {c.mldp_trials} trials, Sw without the word itself; PP, LOW: see Definitions.",
+                f"Utility (percentages; 95% intervals in brackets): {measures} in both modes, beside "
+                "the non-private baseline, the majority class always predicted (what a classifier that learned "
+                "nothing scores) and the vocabulary only. *beats the majority class*: the lower end of the accuracy's "
+                "95% interval lies above the test split's majority rate; **no** names the modes where it does not.",
             ],
             [
                 Table(
@@ -380,8 +421,8 @@ class Comparison:
                     [
                         "setting",
                         "ε",
-                        f"{m} train-time",
-                        f"{m} test-time",
+                        *(f"{METRIC_NAMES.get(k, k)} {mode}" for k, mode in shown),
+                        "beats the majority class",
                         "CS",
                         "dictionary words (%)",
                         "PUC (dpspark's composite)",
@@ -398,6 +439,25 @@ class Comparison:
                 + "."
             )
         return every
+
+    def utility_columns(self) -> list[tuple[str, str]]:
+        """The utility table's (metric, mode) columns: the utility metric, accuracy and macro F1, each mode."""
+        names = dict.fromkeys([self.config.utility_metric, "accuracy", "macro_f1"])
+        return [(k, mode) for k in names for mode in MODES]
+
+    def reference_rows(self, shown: list[tuple[str, str]]) -> list[list[str]]:
+        """The utility table's first rows, in its percentages: the non-private baseline (one run, both modes
+        the same), the majority class always predicted, and vocabulary only (ε = ∞, one run)."""
+        b, v = self.baseline, self.vocabulary_only
+        rate = b.get("majority_rate")
+        rows = [["non-private baseline", "–", *(pct(b.get(k)) for k, _ in shown), beats(b, baseline=True)]]
+        if rate is not None:
+            null = {"accuracy": rate, "macro_f1": majority_macro_f1(rate, self.n_classes)}
+            label = b.get("majority_label")
+            name = "majority class, always predicted" + (f" ({label!r})" if label is not None else "")
+            rows.append([name, "–", *(pct(null.get(k)) for k, _ in shown), "–"])
+        rows.append(["vocabulary only", "∞", *(pct(v.get(f"{mode}_{k}")) for k, mode in shown), "–"])
+        return [r + ["–", "–", "–", "–"] for r in rows]
 
     def before_after(self, chosen: dict[str, Any] | None) -> Section:
         """Rows of the test split before and after the recommended (or the nearest) setting."""

@@ -172,6 +172,11 @@ class Comparison:
         self.base_bundle = self.ships[0].name
         self.fitted_plain = self.model.fit(self.train, self.base_bundle)
         self.baseline = self.model.score(self.fitted_plain, self.test, self.base_bundle)
+        self.baseline["majority_label"] = self.values[self.baseline["majority_class"]]
+        acc = self.baseline["accuracy"]  # one run: the Wilson interval alone
+        self.baseline["beats_majority"] = utility.beats_majority(
+            acc, acc, self.baseline["majority_rate"], self.baseline["test_rows"]
+        )
         self.corpus = self.corpus_facts()
         self.vocabulary_only = self.measure_vocabulary_only()
         self.timings["baseline_s"] = time.perf_counter() - t0
@@ -344,6 +349,7 @@ class Comparison:
             for m in self.metrics:
                 mean, lo, hi = utility.mean_ci([s[m] for s in runs])
                 row[f"{mode}_{m}"], row[f"{mode}_{m}_lo"], row[f"{mode}_{m}_hi"] = mean, max(lo, 0.0), min(hi, 1.0)
+        row.update(majority_columns(row, self.baseline))
         row.update(risk_row)
         text = finish_text_metrics(sums)
         row.update(text)
@@ -565,6 +571,19 @@ class Comparison:
         except ConfigError:  # a metric is undefined here (e.g. no rare word in the test split)
             out.update(privacy_score=None, relative_utility=None, puc=None)
         return out
+
+
+def majority_columns(row: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """compare.parquet's majority-class columns of a point: the test split's rate, whether each mode's
+    accuracy beats it (``utility.beats_majority``) and whether both do (``beats_majority``)."""
+    rate, rows = baseline["majority_rate"], baseline["test_rows"]
+    out: dict[str, Any] = {"majority_rate": rate}
+    for mode in utility.MODES:
+        out[f"{mode}_beats_majority"] = utility.beats_majority(
+            row[f"{mode}_accuracy"], row[f"{mode}_accuracy_lo"], rate, rows
+        )
+    out["beats_majority"] = all(out[f"{mode}_beats_majority"] for mode in utility.MODES)
+    return out
 
 
 def log_to_mlflow(manifest: dict[str, Any], table: pa.Table, local: Any) -> bool:

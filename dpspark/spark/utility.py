@@ -260,7 +260,10 @@ class Model:
         return classification.from_rows(rows)
 
     def score(self, fitted: Any, test: DataFrame, bundle: str) -> dict[str, float]:
-        return classification.finish(self.counts(fitted, test, bundle), self.n_classes)
+        """The metrics of ``test`` and its majority-class rate (``classification.majority``): the accuracy
+        that a model which learned nothing scores on the same rows."""
+        counts = self.counts(fitted, test, bundle)
+        return {**classification.finish(counts, self.n_classes), **classification.majority(counts)}
 
 
 # --- the grid --------------------------------------------------------------------------------------
@@ -426,9 +429,7 @@ def _evaluate(
     pq.write_table(summary_table(summary, axes, metrics), out.local / "summary.parquet")
     names = list(dict.fromkeys(spec.name for spec in specs))
     rows = (n_train, n_test)
-    plots = _write_summary(
-        config, summary, metrics, names, len(first.vocab_rows), emb.name, values, class_counts, rows, out
-    )
+    plots = _write_summary(config, summary, metrics, names, len(first.vocab_rows), emb.name, values, rows, out)
     grid_s = sum(point_s)
     return {
         "dpspark_version": dpspark.__version__,
@@ -484,12 +485,11 @@ def _write_summary(
     vocab_words: int,
     embeddings: str,
     values: list[Any],
-    class_counts: list[int],
     rows: tuple[int, int],
     out: ReportOutput,
 ) -> list[str]:
-    """summary.md (with its notes: the model, the split, the mechanisms, the positive class) and the plots;
-    returns the plots' file names."""
+    """summary.md (with its notes: the model, the split, the mechanisms, the positive class, the test split's
+    majority class) and the plots; returns the plots' file names."""
     positive = f"positive class {values[-1]!r} (the last label in sorted order)" if len(values) == 2 else None
     notes = [
         f"{config.model}; {rows[0]} train / {rows[1]} test rows (split seed {config.split_seed}); "
@@ -498,9 +498,11 @@ def _write_summary(
     ]
     if positive:
         notes.append(f"Precision, recall, F1 and AUC of the {positive}.")
-    md = utility.summary_md(summary, metrics, "Utility of perturbed text", notes)
+    base = utility.baseline_of(summary)
+    label = values[base["majority_class"]] if base.get("majority_class") is not None else None
+    md = utility.summary_md(summary, metrics, "Utility of perturbed text", notes, len(values), label)
     (out.local / "summary.md").write_text(md, encoding="utf-8")
-    majority = max(class_counts) / sum(class_counts)
+    majority = base["majority_rate"]
     return utility.write_plots(summary, metrics, out.local, config.model, vocab_words, embeddings, majority)
 
 
@@ -572,6 +574,7 @@ def result_table(results: list[dict], model: str, axes: list[str], metrics: Sequ
             **{a: report.axis_column([r[a] for r in results]) for a in axes},
             "repeat": pa.array([r["repeat"] for r in results], pa.int32()),
             **{m: pa.array([r[m] for r in results], pa.float64()) for m in metrics},
+            "majority_rate": pa.array([r.get("majority_rate") for r in results], pa.float64()),
         }
     )
 
@@ -590,6 +593,8 @@ def summary_table(summary: list[dict], axes: list[str], metrics: Sequence[str]) 
     for m in metrics:
         for part in ("mean", "low", "high"):
             columns[f"{m}_{part}"] = pa.array([s[f"{m}_{part}"] for s in summary], pa.float64())
+    columns["majority_rate"] = pa.array([s.get("majority_rate") for s in summary], pa.float64())
+    columns["beats_majority"] = pa.array([s.get("beats_majority") for s in summary], pa.bool_())
     return pa.table(columns)
 
 

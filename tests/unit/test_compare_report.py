@@ -146,7 +146,8 @@ def test_the_report_is_built_from_plain_data_without_spark():
     ]  # fmt: skip
     md = cr.render_md("Comparison", report.sections(chosen, why, report.analysis.equal_privacy(), "frontier.png"))
     assert "Vocabulary coverage: 80.0% of the corpus's 5000 tokens are words of the 2000-word vocabulary" in md
-    assert "| vocabulary only | ∞ | 0.900 | 0.910 |" in md
+    # one format in the utility table (issue 39, 13): vocabulary only in percentages like every setting
+    assert "| vocabulary only | ∞ | 90.0 | 91.0 |" in md and "| laplace | 1 | 86.0 (85.0–87.0) |" in md
     assert "**The vocabulary caps utility**" in md and "0.0800 below the baseline" in md
     assert "Unit of ε, **laplace**: ε per unit of Euclidean distance" in md and "PUC (dpspark's composite)" in md
 

@@ -31,6 +31,19 @@ def test_binary_figures_are_scikit_learns(seed):
     assert got["recall"] == pytest.approx(recall_score(y, p), abs=1e-15)
     assert got["f1"] == pytest.approx(f1_score(y, p), abs=1e-15)
     assert got["auc"] == pytest.approx(roc_auc_score(y, s), abs=1e-15)
+    assert got["macro_f1"] == pytest.approx(f1_score(y, p, average="macro", zero_division=0), abs=1e-15)
+
+
+def test_the_majority_class_is_the_share_of_the_most_frequent_true_label():
+    """Issue 39 (12): the reference a model that learned nothing scores, whatever it predicted: on SMS spam's
+    shape (88.1% ham) a model predicting ham for every row has that accuracy and a macro-F1 of about 0.47."""
+    y = np.array([0] * 133 + [1] * 18)
+    always = np.zeros_like(y)
+    got = cl.majority(cl.create(y, always))
+    assert got == {"majority_rate": 133 / 151, "majority_class": 0, "test_rows": 151}
+    assert cl.finish(cl.create(y, always), 2)["accuracy"] == got["majority_rate"] == accuracy_score(y, always)
+    assert cl.finish(cl.create(y, always), 2)["macro_f1"] == pytest.approx(f1_score(y, always, average="macro"))
+    assert cl.majority(cl.create([2, 1, 1, 2], [0, 0, 0, 0]))["majority_class"] == 1  # a tie: the lower class
 
 
 @pytest.mark.parametrize("classes", [3, 5])
