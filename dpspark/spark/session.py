@@ -37,7 +37,10 @@ def local_jvm_flags() -> str:
 
 
 # The local JVM's logging (log4j2-local.properties): warnings, without the notices that say nothing
-# to act on locally; errors only when the dpspark logger is at ERROR (--quiet) as the session starts.
+# to act on locally; nothing at all when the dpspark logger is at ERROR (--quiet) as the session starts.
+# Not even errors: a failure dpspark explains ends the run with its one sentence (a full disk wrote 386
+# lines of ERROR records and Java frames before it), and any other reaches the user as the exception
+# that ends the run, Spark's message and stack in it.
 _LOG4J = Path(__file__).with_name("log4j2-local.properties")
 
 
@@ -59,7 +62,7 @@ def native_blas_missing() -> bool:
 
 def _local_jvm_opts() -> str:
     quiet = logging.getLogger("dpspark").getEffectiveLevel() >= logging.ERROR
-    level = "error" if quiet else "warn"
+    level = "off" if quiet else "warn"
     blas = f" -D{_NETLIB_NATIVE}=false" if native_blas_missing() else ""
     return f"{local_jvm_flags()}{blas} -Dlog4j2.configurationFile={_LOG4J.as_uri()} -Ddpspark.jvm.log.level={level}"
 

@@ -4,6 +4,9 @@ expression is traced like any other plan, and Spark's own error lines stay off a
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -80,3 +83,60 @@ def test_a_cte_reading_the_output_is_refused(spark, tmp_path):
         dpspark.release(df, output=str(b / "private"), columns="text", epsilon=10, vocab_size=3000, quiet=True)
     assert "cannot be traced" not in str(refused.value)
     assert snapshot(tmp_path) == before  # B byte-identical, nothing left beside or inside it
+
+
+# --- 9: Spark's error lines under --quiet ------------------------------------------------------------
+
+
+def _fresh_env() -> dict[str, str]:
+    """This process's environment without the Spark settings a session started here left in it (the child
+    starts a JVM of its own, with the CLI's logging); Python workers run this interpreter."""
+    drop = ("PYSPARK_SUBMIT_ARGS", "SPARK_SUBMIT_OPTS", "SPARK_LOCAL_IP", "PYSPARK_GATEWAY_PORT")
+    drop += ("PYSPARK_GATEWAY_SECRET",)
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, "PYSPARK_PYTHON": sys.executable}
+
+
+# The release's files reach the stage, then a Spark task fails with ENOSPC, as an executor's write on a
+# full disk does: Spark logs the failed task (Executor, TaskSetManager: ERROR records with their stack
+# frames) before the job's failure reaches the driver, where dpspark turns it into one line.
+DISK_FULL_RUN = """
+import errno, os, sys
+from pyspark.sql import SparkSession
+from pyspark.sql.readwriter import DataFrameWriter
+from dpspark.cli import main
+
+write = DataFrameWriter.parquet
+
+def disk_full(_):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+def full(self, path, *args, **kwargs):
+    write(self, path, *args, **kwargs)
+    SparkSession.getActiveSession().sparkContext.parallelize([0], 1).foreach(disk_full)
+
+DataFrameWriter.parquet = full
+sys.exit(main({argv!r}))
+"""
+
+
+def test_a_full_disk_under_quiet_is_one_line_without_sparks_errors(tmp_path):
+    """A full disk was exit 5 with the right last line, but Spark's ERROR records and Java stack frames came
+    first, even with --quiet (386 lines for one task on a real full tmpfs)."""
+    data = write_text_dataset(tmp_path / "in", list(range(40)))
+    before = snapshot(data)
+    out = tmp_path / "out"
+    argv = ["perturb", "--input", str(data), "--output", str(out), "--columns", "text", "--epsilon", "10"]
+    argv += ["--vocab-size", "3000", "--master", "local[1]", "--quiet"]
+    done = subprocess.run(
+        [sys.executable, "-c", DISK_FULL_RUN.format(argv=argv)],
+        env=_fresh_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 5, done.stderr
+    assert "ERROR" not in done.stderr and "\tat " not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == ["dpspark perturb: error: a disk is full: free space or choose another --output"]
+    assert done.stdout == ""
+    assert snapshot(data) == before
+    assert not out.exists() and leftovers(tmp_path) == []
