@@ -12,8 +12,9 @@ leaves, and the leaves of every subquery in it, are read here:
 - a Hive table relation: the table and its location;
 - a data source v2 relation: its table and the table's ``location`` (or ``path``) property;
 - ``Range``, ``OneRowRelation``, an empty ``LocalRelation``: no source at all;
-- a reference to a common table expression (``WITH t AS (...)``, a ``CTERelationRef``): nothing of its
-  own, the CTE's definition (a child of the plan's ``WithCTE``) is read like the rest of the plan;
+- a reference to a common table expression (``WITH t AS (...)``, a ``CTERelationRef``, and a recursive
+  CTE's to its own loop): nothing of its own, the CTE's definition (a child of the plan's ``WithCTE``)
+  is read like the rest of the plan;
 - anything else (a checkpoint's or an RDD's ``LogicalRDD``, rows built from Python or pandas,
   a v2 table without a location): unknown. A release refuses such a DataFrame unless the
   caller names its source (``input=``).
@@ -53,30 +54,38 @@ def _seq(seq) -> list:  # noqa: ANN001 - a Scala Seq through py4j
     return [seq.apply(i) for i in range(seq.size())]
 
 
-def _leaves(plan) -> tuple[list, set[int]]:  # noqa: ANN001 - a LogicalPlan through py4j
+# A leaf that reads the rows of a node above it, not a source: its kind → (that node's kind, the leaf's
+# method that names the node's id). A CTE's reference (``WITH t AS (...)``): its definition is a child of
+# the plan's ``WithCTE``; a recursive CTE's reference to its own loop (``WITH RECURSIVE``, where Spark has it).
+_REFERENCES = {"CTERelationRef": ("CTERelationDef", "cteId"), "UnionLoopRef": ("UnionLoop", "loopId")}
+_REFERRED = {kind for kind, _ in _REFERENCES.values()}
+
+
+def _leaves(plan) -> tuple[list, set[tuple[str, int]]]:  # noqa: ANN001 - a LogicalPlan through py4j
     """The leaves of ``plan`` and of every subquery in it (``IN``, ``EXISTS``, scalar, correlated, in any
-    clause): ``collectLeaves`` alone stops at the expressions that hold a subquery's plan. And the ids of
-    the CTE definitions (``WITH t AS (...)``) on the way: a ``WithCTE`` node holds its definitions as
-    children, so their leaves are among these, and a ``CTERelationRef`` leaf reads nothing of its own."""
-    found, ctes, todo = [], set(), [plan]
+    clause): ``collectLeaves`` alone stops at the expressions that hold a subquery's plan. And (kind, id) of
+    the nodes that ``_REFERENCES`` leaves may refer to, met on the way: their own leaves are among these."""
+    found, referred, todo = [], set(), [plan]
     while todo:
         node = todo.pop()
         children = _seq(node.children())
         todo += children + _seq(node.subqueries())
         if not children:
             found.append(node)
-        elif node.getClass().getSimpleName() == "CTERelationDef":
-            ctes.add(int(node.id()))
-    return found, ctes
+        elif node.getClass().getSimpleName() in _REFERRED:
+            referred.add((node.getClass().getSimpleName(), int(node.id())))
+    return found, referred
 
 
 def _classic_sources(df: DataFrame) -> Sources:
     found = Sources()
-    leaves, ctes = _leaves(df._jdf.queryExecution().analyzed())
+    leaves, referred = _leaves(df._jdf.queryExecution().analyzed())
     for leaf in leaves:
         kind = leaf.getClass().getSimpleName()
-        if kind == "CTERelationRef" and int(leaf.cteId()) in ctes:
-            continue  # its definition's leaves are read as well
+        if kind in _REFERENCES:
+            target, method = _REFERENCES[kind]
+            if (target, int(getattr(leaf, method)())) in referred:
+                continue  # the rows of a node whose leaves are read as well
         if kind in ("LogicalRelation", "LogicalRelationWithTable"):
             table = leaf.catalogTable()
             if table.isDefined():

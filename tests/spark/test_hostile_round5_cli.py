@@ -60,6 +60,17 @@ def test_a_cte_is_traced_to_the_files_it_reads(spark, tmp_path, query):
     assert sorted(Path(p.removeprefix("file:")).name for p in found.paths) == ["a", "b"]
 
 
+def test_a_recursive_cte_is_traced_to_its_anchors_files(spark, tmp_path):
+    """WITH RECURSIVE (this suite's Spark has it; the runtimes' older ones do not): the loop's reference to
+    itself reads nothing of its own, the anchor's files are the source."""
+    a = write_text_dataset(tmp_path / "a", list(range(30)))
+    b = write_text_dataset(tmp_path / "b", [1])
+    query = f"WITH RECURSIVE r(id) AS (SELECT id FROM parquet.`{b}` UNION ALL SELECT id + 1 FROM r WHERE id < 3) "
+    found = lineage.sources(spark.sql(query + f"SELECT x.* FROM parquet.`{a}` x JOIN r ON x.id = r.id"))
+    assert found.known, found.unknown
+    assert sorted(Path(p.removeprefix("file:")).name for p in found.paths) == ["a", "b"]
+
+
 def test_a_cte_far_from_the_output_is_released(spark, tmp_path):
     a = write_text_dataset(tmp_path / "a", list(range(30)))
     b = write_text_dataset(tmp_path / "b", list(range(0, 30, 3)))
