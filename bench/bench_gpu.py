@@ -47,8 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # dpspark from the
 
 import numpy as np  # noqa: E402
 
-from dpspark.device import DeviceIndex, task_device  # noqa: E402
-from dpspark.neighbours import exact_index  # noqa: E402
+from dpspark.device import DeviceIndex, exact_index, task_device  # noqa: E402
 from dpspark.rng import batch_generator, new_job_key  # noqa: E402
 
 FULL = all(importlib.util.find_spec(m) is not None for m in ("pyarrow", "pydantic", "yaml"))

@@ -37,7 +37,7 @@ from dpspark import _blas; _blas.prefer_fast_kernels()  # as dpspark commands do
 import time, numpy as np
 from dpspark.embeddings import load_default
 from dpspark.mechanisms import Space, parse, sample_noise
-from dpspark.neighbours import exact_index
+from dpspark.device import exact_index
 E = load_default().vectors; vocab = np.arange({vocab})
 space = Space(E, vocab, exact_index(E[vocab]))
 def mechanism(eps):

@@ -44,9 +44,10 @@ import numpy as np
 import pyarrow as pa
 
 from dpspark import mechanisms
+from dpspark.device import exact_index
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, WordRows, default_files, default_words, sha256_of
 from dpspark.errors import EmbeddingError
-from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index
+from dpspark.neighbours import AnnoyIndex, NeighbourIndex
 from dpspark.text import TextPerturber
 
 

@@ -18,7 +18,9 @@ call: it reads back the TOPK words per query and which of them reach the limit.
 
 ``task_device`` says where a process searches (``--device``): the GPU Spark assigned to the task
 (``TaskContext.resources()["gpu"]``), else torch's current CUDA device, else None (the numpy path,
-unchanged). It is cached per process: one CUDA context per Python worker.
+unchanged). It is cached per process: one CUDA context per Python worker. ``exact_index`` builds the
+fastest exact index of a process from it: ``DeviceIndex`` where it names a device, else one of
+``dpspark.neighbours``' CPU indexes.
 
 Imports neither torch nor pyspark at import time.
 """
@@ -28,10 +30,20 @@ from __future__ import annotations
 import functools
 import glob
 import importlib.util
+import os
 
 import numpy as np
 
-from dpspark.neighbours import LOWP_WORD_BLOCK, CertifiedIndex, _follow_blas_threads, _keep_nearest, _keep_two
+from dpspark.neighbours import (
+    LOWP_WORD_BLOCK,
+    AdaptiveIndex,
+    CertifiedIndex,
+    ExactIndex,
+    _bf16_cpu,
+    _follow_blas_threads,
+    _keep_nearest,
+    _keep_two,
+)
 
 DEVICES = ("auto", "cpu", "cuda")
 # What the manifest says of the executors' search under --device auto or cuda.
@@ -240,3 +252,26 @@ def task_device(choice: str = "auto") -> str | None:
     if choice == "cuda":
         raise RuntimeError("--device cuda: this process has no CUDA GPU with PyTorch; use --device auto or cpu")
     return None
+
+
+def exact_index(vectors: np.ndarray, device: str = "auto") -> ExactIndex | CertifiedIndex | AdaptiveIndex:
+    """The fastest exact index here: ``DeviceIndex`` (certified fp32 on a GPU) where
+    ``device`` ("auto", "cpu" or "cuda", ``--device``) gives this process one
+    (``task_device``); else AdaptiveIndex (float32, then certified bf16 where it is
+    measured faster once a process has done enough work) on CPUs with bf16 GEMMs and PyTorch
+    installed, else ExactIndex.
+
+    DPSPARK_EXACT=fp32 forces ExactIndex (float32 GEMM), DPSPARK_EXACT=bf16 forces
+    CertifiedIndex from the first query (an error where it cannot run); the default is "auto".
+    """
+    where = task_device(device)
+    if where is not None:
+        return DeviceIndex(vectors, where)
+    choice = os.environ.get("DPSPARK_EXACT", "auto").lower()
+    if choice not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"DPSPARK_EXACT must be auto, fp32 or bf16, not {choice!r}")
+    if choice == "bf16":
+        return CertifiedIndex(vectors)
+    if choice == "auto" and _bf16_cpu():
+        return AdaptiveIndex(vectors)
+    return ExactIndex(vectors)

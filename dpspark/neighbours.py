@@ -18,7 +18,7 @@ except at ties within float32 rounding (relative 1e-6), where either word is exa
 
 CertifiedIndex answers exactly the float64 argmin, faster where bf16 GEMMs are cheap
 (AMX, AVX512-BF16): it scores every word in bf16, bounds the rounding error, and re-ranks in
-float64 every word the bound cannot rule out (its docstring has the proof). ``exact_index``
+float64 every word the bound cannot rule out (its docstring has the proof). ``dpspark.device.exact_index``
 returns AdaptiveIndex where PyTorch and such a CPU are present (float32 first; once a process
 has done enough work to repay importing PyTorch, CertifiedIndex if it is measured faster on the
 process's own queries), ExactIndex elsewhere;
@@ -187,7 +187,7 @@ class CertifiedIndex:
     Returns, for every query q, exactly ``np.argmin(((q − X)**2).sum(axis=1))`` in
     float64 (ties: the lowest row) — the reference that ``ExactIndex`` meets only up to
     float32 rounding. The scores come from ``lowp`` (default: bf16 GEMMs in PyTorch/oneDNN,
-    on AMX or AVX512-BF16); ``exact_index`` moves to this class where that is fast.
+    on AMX or AVX512-BF16); ``dpspark.device.exact_index`` moves to this class where that is fast.
 
     Scores. Word rows are (x, h, l, 1, 1) and query rows (q, 1, 1, a, b), rounded to the
     low-precision format (p significant bits; bf16: p = 8) and zero padded to K = d + 4
@@ -754,31 +754,6 @@ class AdaptiveIndex:
         """The two nearest rows (n×2): ``ExactIndex.query_two`` (float32) or, where the race chose
         it, ``CertifiedIndex.query_two`` (exactly the float64 best two); the scores count as ``query``'s."""
         return self._run("query_two", points, among)
-
-
-def exact_index(vectors: np.ndarray, device: str = "auto") -> ExactIndex | CertifiedIndex | AdaptiveIndex:
-    """The fastest exact index here: ``dpspark.device.DeviceIndex`` (certified fp32 on a GPU) where
-    ``device`` ("auto", "cpu" or "cuda", ``--device``) gives this process one
-    (``dpspark.device.task_device``); else AdaptiveIndex (float32, then certified bf16 where it is
-    measured faster once a process has done enough work) on CPUs with bf16 GEMMs and PyTorch
-    installed, else ExactIndex.
-
-    DPSPARK_EXACT=fp32 forces ExactIndex (float32 GEMM), DPSPARK_EXACT=bf16 forces
-    CertifiedIndex from the first query (an error where it cannot run); the default is "auto".
-    """
-    from dpspark import device as gpu
-
-    where = gpu.task_device(device)
-    if where is not None:
-        return gpu.DeviceIndex(vectors, where)
-    choice = os.environ.get("DPSPARK_EXACT", "auto").lower()
-    if choice not in ("auto", "fp32", "bf16"):
-        raise ValueError(f"DPSPARK_EXACT must be auto, fp32 or bf16, not {choice!r}")
-    if choice == "bf16":
-        return CertifiedIndex(vectors)
-    if choice == "auto" and _bf16_cpu():
-        return AdaptiveIndex(vectors)
-    return ExactIndex(vectors)
 
 
 class AnnoyIndex:

@@ -20,12 +20,12 @@ import numpy as np
 
 from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
-from dpspark.device import DEVICE_SEARCH
+from dpspark.device import DEVICE_SEARCH, exact_index
 from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
 from dpspark.errors import ConfigError, DPSparkWarning, EmbeddingError
 from dpspark.mechanisms import MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.base import UNITS
-from dpspark.neighbours import AnnoyIndex, NeighbourIndex, exact_index, recall_at_1
+from dpspark.neighbours import AnnoyIndex, NeighbourIndex, recall_at_1
 from dpspark.rng import secure_generator
 from dpspark.text import TextPerturber, normalize
 

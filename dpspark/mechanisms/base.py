@@ -184,7 +184,7 @@ class Space:
         """An exact index over W (the configured one when it is exact)."""
         if self._index is not None and self._index.method == "exact":
             return self._index
-        from dpspark.neighbours import exact_index
+        from dpspark.device import exact_index
 
         return exact_index(self.vectors[self.vocab_rows])
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dpspark import neighbours
+from dpspark.device import exact_index
 from dpspark.mechanisms import Space, parse, sample_noise
 from dpspark.mechanisms.geometry import geometry
 from dpspark.neighbours import (
@@ -22,7 +23,6 @@ from dpspark.neighbours import (
     CertifiedIndex,
     ExactIndex,
     _Emulated,
-    exact_index,
     lowp_available,
 )
 

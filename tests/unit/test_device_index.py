@@ -21,10 +21,10 @@ pytestmark = pytest.mark.runtime
 torch = pytest.importorskip("torch", reason="DeviceIndex needs PyTorch (pip install 'dpspark[gpu]')")
 
 from dpspark import device as device_module  # noqa: E402
-from dpspark.device import DeviceIndex, task_device  # noqa: E402
+from dpspark.device import DeviceIndex, exact_index, task_device  # noqa: E402
 from dpspark.mechanisms import sample_noise  # noqa: E402
 from dpspark.mechanisms.geometry import geometry  # noqa: E402
-from dpspark.neighbours import ExactIndex, exact_index  # noqa: E402
+from dpspark.neighbours import ExactIndex  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
