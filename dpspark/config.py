@@ -25,6 +25,7 @@ from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.geometry import check_lambda
 from dpspark.text import LAYOUTS, OOV_POLICIES
+from dpspark.wordfiles import read_word_list
 
 Mechanism = Literal[tuple(mechanisms.REGISTRY)]  # type: ignore[valid-type]
 Mode = Literal["error", "overwrite"]
@@ -77,13 +78,11 @@ _NAME_PART = re.compile(r"`?([A-Za-z0-9_]+)`?")
 
 
 def _word_file(what: str) -> Any:
-    """A word file's check, before Spark starts: UTF-8 text, one word per line (``prepare.read_word_list``);
+    """A word file's check, before Spark starts: UTF-8 text, one word per line (``wordfiles.read_word_list``);
     a path that is not a local file here is read (and refused if missing) where it is used."""
 
     def check(cls: Any, v: str | None) -> str | None:
         if v and Path(v).is_file():
-            from dpspark.prepare import read_word_list  # prepare imports this module
-
             read_word_list(v, what)
         return v
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,15 @@ from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
 from dpspark.device import DEVICE_SEARCH, exact_index
 from dpspark.embeddings import Embeddings, embeddings_of, select_vocabulary
-from dpspark.errors import ConfigError, DPSparkWarning, EmbeddingError
+from dpspark.errors import ConfigError, EmbeddingError
 from dpspark.mechanisms import MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.base import UNITS
+from dpspark.mechanisms.base import corpus_counts as counts_over_vocabulary
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, recall_at_1
 from dpspark.rng import secure_generator
-from dpspark.text import TextPerturber, normalize
+from dpspark.text import TextPerturber
+from dpspark.wordfiles import read_word_list
+from dpspark.wordfiles import warn_unmatched as warn_unmatched  # re-exported: dpspark.spark.risk reads it here
 
 log = logging.getLogger("dpspark")
 
@@ -100,8 +102,9 @@ def prepare_grid(
         workdir: where an annoy index file is written (required for ``nn="annoy"``).
         embeddings: already loaded embeddings (else loaded from the config).
         vocab_words: an explicit output vocabulary (e.g. corpus-derived), overriding the config.
-        corpus_counts: the input corpus's count of each vocabulary word it holds, for SanText+'s
-            ``sensitive_from_corpus`` (kept on the driver: never shipped).
+        corpus_counts: the input corpus's count of each vocabulary word it holds, put in the Space for the
+            specs that request it (``MechanismSpec.corpus_counts_artefact``: SanText+'s ``sensitive_from_corpus``;
+            kept on the driver: never shipped).
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -123,10 +126,8 @@ def prepare_grid(
     timings["index_build_s"] = time.perf_counter() - t0
     space = Space(emb.vectors, rows, index, cache_dir=cache_dir(config), words=emb.word_rows, embedding_id=emb.sha256)
     if corpus_counts is not None:
-        from dpspark.mechanisms.santext_plus import CORPUS_COUNTS
-        from dpspark.mechanisms.santext_plus import corpus_counts as counts_over_vocabulary
-
-        space.artefact(CORPUS_COUNTS, lambda: counts_over_vocabulary(space, corpus_counts))
+        for name in dict.fromkeys(n for spec in specs if (n := spec.corpus_counts_artefact()) is not None):
+            space.artefact(name, lambda: counts_over_vocabulary(space, corpus_counts))
     t0 = time.perf_counter()
     # The mechanisms' public arrays (Σ and A of the noise family, a grouping, a neighbour table), and their
     # checks against this vocabulary, before any Spark work.
@@ -324,51 +325,6 @@ def guarantee_text(c: PerturbConfig, mechanism: str) -> str:
     if c.oov == "keep":
         text += " Policy oov=keep publishes out-of-vocabulary tokens verbatim: those tokens are NOT private."
     return text
-
-
-def read_word_list(path: str, what: str = "vocabulary file") -> list[str]:
-    """The words of a file, one per line (UTF-8), normalised as the tokenizer normalises text
-    (``dpspark.text.normalize``: lower case, Unicode NFC), each once: a missing, empty or non-UTF-8 file is
-    a ConfigError (every word file's reader: --vocab-file, --word-list, --sensitive-words)."""
-    return list(_word_lines(path, what))
-
-
-def _word_lines(path: str, what: str) -> dict[str, int]:
-    """Each normalised word of a word file and the number of the first line that holds it."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{what} {path} not found (one word per line)")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8, one word per line"
-        ) from None
-    lines: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            lines.setdefault(normalize(line.strip()), number)
-    if not lines:
-        raise ConfigError(f"{what} {path} is empty")
-    return lines
-
-
-def warn_unmatched(path: str, what: str, known: Any, where: str) -> int:
-    """Warn (DPSparkWarning) when words of a word file, normalised, are not in ``known`` (a container of
-    words): how many, and the first lines that hold them (line numbers, not the words: a list of sensitive
-    words may itself be private). Returns how many of the file's words are in ``known``."""
-    lines = _word_lines(path, what)
-    missing = [n for w, n in lines.items() if w not in known]
-    if missing:
-        first = ", ".join(map(str, missing[:5])) + (", …" if len(missing) > 5 else "")
-        warnings.warn(
-            f"{len(missing)} of the {len(lines)} words of {what} {path} match no word of {where} once lower-cased "
-            f"and in Unicode NFC, as the text is read (line{'s' if len(missing) > 1 else ''} {first}): check their "
-            "spelling",
-            DPSparkWarning,
-            stacklevel=2,
-        )
-    return len(lines) - len(missing)
 
 
 def prepare(

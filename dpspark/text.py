@@ -40,13 +40,16 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from dpspark.arrow import strings
 from dpspark.embeddings import WordRows
-from dpspark.mechanisms.base import WordMechanism
+
+if TYPE_CHECKING:
+    from dpspark.mechanisms.base import WordMechanism
 
 OOV_POLICIES = ("unk", "random", "drop", "keep")
 LAYOUTS = ("single", "lines", "keep")
@@ -63,7 +66,7 @@ COLUMN_TYPES = {"map<string,int>": pa.map_(pa.string(), pa.int32())}
 def normalize(text: str) -> str:
     """``text`` as the tokenizer reads it: lower-cased, then in Unicode NFC (the composed form that
     embeddings' words are written in), so that "Paris", "PARIS" and a decomposed "São" ("Sa" + U+0303
-    + "o") find the same word. Every word file (``prepare.read_word_list``) is read through it too: a
+    + "o") find the same word. Every word file (``dpspark.wordfiles.read_word_list``) is read through it too: a
     file's words match the tokens they are meant to match. NFC leaves whitespace as it is, but for two
     old spaces (U+2000, U+2001), which become U+2002 and U+2003 (the ``keep`` layout shows it)."""
     return unicodedata.normalize("NFC", text.lower())

@@ -455,7 +455,7 @@ def run(config: EmbeddingReportConfig) -> int:
 
     emb = embeddings_of(config)
     if config.vocab_file:
-        from dpspark.prepare import read_word_list
+        from dpspark.wordfiles import read_word_list
 
         rows = select_vocabulary(emb, None, read_word_list(config.vocab_file))
         source = f"word list {config.vocab_file}"

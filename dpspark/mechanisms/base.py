@@ -343,6 +343,18 @@ class Space:
         return self._memo[name]
 
 
+def corpus_counts(space: Space, counts: dict[str, int]) -> np.ndarray:
+    """Each word of W's count in a corpus (V int64; 0 for a word the corpus lacks), from token → count: the
+    driver-only artefact a spec requests with ``MechanismSpec.corpus_counts_artefact``."""
+    out = np.zeros(space.size, dtype=np.int64)
+    words = list(counts)
+    rows = space.words.rows(words)
+    pos, found = space.positions(rows[rows >= 0])
+    values = np.array([counts[w] for w in words], dtype=np.int64)[rows >= 0]
+    np.add.at(out, pos[found], values[found])
+    return out
+
+
 class WordMechanism(ABC):
     """A word mechanism over a Space: embedding rows in, vocabulary positions out.
 
@@ -476,6 +488,12 @@ class MechanismSpec(BaseModel):
         against the space (a ConfigError for a setting this vocabulary cannot take); returns the names of
         the artefacts to ship."""
         return []
+
+    def corpus_counts_artefact(self) -> str | None:
+        """The name under which this setting wants the input corpus's count of each word of W in the driver's
+        Space (``corpus_counts``; never shipped), which perturb and release then count before ``prepare``;
+        None (the default): it needs no count of the private corpus."""
+        return None
 
     def guarantee(self, space: Space) -> str:
         """The guarantee of one token in words, with this setting's numbers."""

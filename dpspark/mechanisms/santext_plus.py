@@ -40,10 +40,12 @@ from dpspark._pydantic import Field, root_validator, validator
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.exponential import TruncatedExponential
+from dpspark.wordfiles import read_word_list, warn_unmatched
 
 DEFAULT_P = 0.2
 DEFAULT_FRACTION = 0.5
-# A driver-only array: each word of W's count in the input corpus (``corpus_counts``). Never shipped.
+# A driver-only array: each word of W's count in the input corpus (``dpspark.mechanisms.base.corpus_counts``),
+# requested by ``SanTextPlus.corpus_counts_artefact``. Never shipped.
 CORPUS_COUNTS = "santext-plus/corpus-counts"
 
 
@@ -95,8 +97,6 @@ class SanTextPlus(MechanismSpec):
 
     @validator("sensitive_words", pre=True, allow_reuse=True)
     def _sensitive_words(cls, v: Any) -> str | None:
-        from dpspark.prepare import read_word_list  # prepare imports the mechanisms
-
         if v in (None, ""):
             return None
         if Path(str(v)).is_file():
@@ -106,6 +106,10 @@ class SanTextPlus(MechanismSpec):
     @classmethod
     def axis_names(cls) -> list[str]:
         return ["p", "sensitive_fraction"]
+
+    def corpus_counts_artefact(self) -> str | None:
+        """``CORPUS_COUNTS`` under ``sensitive_from_corpus``: V_S is then ranked by the input corpus's counts."""
+        return CORPUS_COUNTS if self.sensitive_from_corpus else None
 
     def axes(self) -> dict[str, Any]:
         out: dict[str, Any] = {"p": self.p}
@@ -198,17 +202,6 @@ def _fraction(name: str, v: Any, expected: str) -> float:
     return value
 
 
-def corpus_counts(space: Space, counts: dict[str, int]) -> np.ndarray:
-    """Each word of W's count in a corpus (V int64; 0 for a word the corpus lacks), from token → count."""
-    out = np.zeros(space.size, dtype=np.int64)
-    words = list(counts)
-    rows = space.words.rows(words)
-    pos, found = space.positions(rows[rows >= 0])
-    values = np.array([counts[w] for w in words], dtype=np.int64)[rows >= 0]
-    np.add.at(out, pos[found], values[found])
-    return out
-
-
 def least_frequent_in_corpus(space: Space, counts: np.ndarray, fraction: float) -> np.ndarray:
     """The ⌊fraction·n⌋ (≥ 1) least frequent of the n words of W with a positive count (sorted positions), ties
     to the rarer in the embedding's order (the larger row); a ConfigError when no word of W occurs."""
@@ -239,8 +232,6 @@ def protected_positions(space: Space, spec: SanTextPlus) -> np.ndarray:
         count = max(1, int(spec.sensitive_fraction * space.size))
         by_rank = np.argsort(space.vocab_rows, kind="stable")  # most frequent first
         return np.sort(by_rank[space.size - count :])
-    from dpspark.prepare import read_word_list, warn_unmatched  # prepare imports the mechanisms
-
     path = Path(spec.sensitive_words)
     words = read_word_list(str(path), "sensitive words file")  # normalised as the tokenizer reads text
     positions = space.word_positions(words)

@@ -59,7 +59,7 @@ from dpspark.evaluation import compare_report as cr
 from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.compare_analysis import Analysis, round_robin
 from dpspark.mechanisms import MechanismSpec
-from dpspark.prepare import Prepared, prepare_grid, read_word_list, warn_unmatched
+from dpspark.prepare import Prepared, prepare_grid
 from dpspark.progress import Costs, describe, duration, eta_line, log_progress, periodically
 from dpspark.rng import derive_key, derived_generator, new_job_key
 from dpspark.spark import backend, resources
@@ -74,6 +74,7 @@ from dpspark.spark.utility import (
     setting_key,
 )
 from dpspark.text import tokenize
+from dpspark.wordfiles import read_word_list, warn_unmatched
 
 log = logging.getLogger("dpspark")
 

@@ -111,7 +111,7 @@ def opt_in_warnings(config: PerturbConfig) -> None:
             PrivacyWarning,
             stacklevel=3,
         )
-    if getattr(config.spec, "sensitive_from_corpus", False):
+    if config.spec.corpus_counts_artefact() is not None:
         warnings.warn(
             "santext-plus's protected set is derived from the private corpus (its least frequent words): which words "
             "are protected, and so the output, can reveal the corpus's rare words, outside the guarantee; prefer the "
@@ -172,7 +172,7 @@ class PerturbJob:
         opt_in_warnings(c)
         workdir = resources.scratch_dir() / f"index-{run_id}"
         try:
-            from_corpus = getattr(c.spec, "sensitive_from_corpus", False)
+            from_corpus = c.spec.corpus_counts_artefact() is not None
             if c.vocab_from_corpus or from_corpus:
                 emb = embeddings_of(c)
                 words = (
@@ -181,7 +181,7 @@ class PerturbJob:
                     else None
                 )
                 counts = None
-                if from_corpus:  # the vocabulary's counts in the input, for SanText+'s protected set
+                if from_corpus:  # the vocabulary's counts in the input, for the spec that requests them
                     vocabulary = [emb.words[r] for r in vocabulary_rows(c, emb, words)]
                     counts = counts_in_corpus(df, list(c.columns), vocabulary)
                 try:

@@ -36,13 +36,14 @@ from dpspark.engine import nw_sw
 from dpspark.errors import ConfigError
 from dpspark.mechanisms import noise as noise_family
 from dpspark.neighbours import AnnoyIndex
-from dpspark.prepare import Grid, local_writes, prepare_grid, read_word_list
+from dpspark.prepare import Grid, local_writes, prepare_grid
 from dpspark.progress import Progress, describe, watching
 from dpspark.rng import new_job_key
 from dpspark.spark import resources
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect
 from dpspark.stats import WorkItem, exact_nw_sw, plan, rows_of_words, sample_words
+from dpspark.wordfiles import read_word_list
 
 log = logging.getLogger("dpspark")
 

@@ -50,8 +50,8 @@ def raw(tmp_path):
 
 @pytest.mark.runtime  # Python's Unicode tables differ across the runtimes' interpreters
 def test_the_tokenizer_and_word_files_share_one_normalisation(tmp_path):
-    from dpspark.prepare import read_word_list
     from dpspark.text import normalize, tokenize
+    from dpspark.wordfiles import read_word_list
 
     assert tokenize(" ".join(TRICKY))[0] == TRICKY_WORDS
     assert tokenize("CAFE\u0301")[0] == ["café"]  # one token, not "cafe" and a lone accent

@@ -10,7 +10,8 @@ import pytest
 from dpspark.config import PerturbConfig
 from dpspark.errors import ConfigError
 from dpspark.mechanisms import Space, parse
-from dpspark.mechanisms.santext_plus import CORPUS_COUNTS, corpus_counts, least_frequent_in_corpus
+from dpspark.mechanisms.base import corpus_counts
+from dpspark.mechanisms.santext_plus import CORPUS_COUNTS, least_frequent_in_corpus
 from dpspark.prepare import prepare_grid
 
 # runtime: numpy, pyarrow and Python differ across the Databricks runtimes (CONTRIBUTING.md)
