@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dpspark.config import mechanism_parameter_fields
 from dpspark.embeddings import DEFAULT_EMBEDDINGS
-from dpspark.mechanisms.noise import LEGACY_GRID_FIELDS
+from dpspark.mechanisms.labels import LEGACY_GRID_FIELDS
 
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
     # group title -> its fields, in the order they are listed

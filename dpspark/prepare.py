@@ -278,8 +278,7 @@ def ledger_terms(spec: MechanismSpec, space: Space) -> dict[str, Any]:
     conv = spec.bound_conversion(space)  # into its type's own unit (UNITS: the embedding's Euclidean distance)
     return {
         "guarantee_type": spec.guarantee_type,
-        "p": getattr(spec, "p", None),
-        "draws": getattr(spec, "draws", None),
+        **spec.ledger_cost_terms(),  # the terms of its cost beside ε (SanText+'s p, SynTF's draws)
         "unit": spec.bound_unit(space),
         "unit_text": spec.unit(space),
         "conversion": None if conv is None else (conv[0], UNITS[spec.guarantee_type], conv[1]),

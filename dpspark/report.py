@@ -10,21 +10,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from dpspark.mechanisms.base import show
-from dpspark.mechanisms.noise import LEGACY_COLUMN, lambda_of_series, series_of_lambda
+from dpspark.mechanisms import (
+    GUARANTEE_TYPES,
+    LEGACY_COLUMN,
+    REGISTRY,
+    axis_names,
+    lambda_of_series,
+    series_label,
+    series_of_lambda,
+)
 from dpspark.stats import PERCENTILES, summarise
-
-SYMBOLS = {"lambda": "λ", "beta": "β", "gamma": "γ", "position_gamma": "γ_pos"}
-
-
-def axis_names() -> list[str]:
-    """The grid axes of every registered mechanism besides ε (lambda, beta, gamma, t first): one column each."""
-    from dpspark.mechanisms import REGISTRY
-
-    names = list(dict.fromkeys(p for spec in REGISTRY.values() for p in spec.axis_names()))
-    # The columns of the first mechanisms keep their places; later mechanisms' axes follow, in registry order.
-    first = [n for n in ("lambda", "beta", "gamma", "t") if n in names]
-    return first + [n for n in names if n not in first]
 
 
 def axis_column(values: list) -> pa.Array:
@@ -32,14 +27,6 @@ def axis_column(values: list) -> pa.Array:
     if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
         return pa.array(values, pa.float64())
     return pa.array([None if v is None else str(v) for v in values], pa.string())
-
-
-def series_label(mechanism: str, axes: dict[str, float | None]) -> str:
-    """A setting without its ε, as tables and legends name it: ``laplace``, ``mahalanobis λ=0.5``."""
-    shown = [f"{SYMBOLS.get(k, k)}={show(v)}" for k, v in axes.items() if v is not None]
-    if mechanism == "laplace":
-        shown = []
-    return " ".join([mechanism, *shown])
 
 
 def series_of(table: pa.Table) -> list[str]:
@@ -57,8 +44,6 @@ def series_of(table: pa.Table) -> list[str]:
 
 def series_order(table: pa.Table) -> list[str]:
     """The series in a stable order: the registry's order of mechanisms, then their axes."""
-    from dpspark.mechanisms import REGISTRY
-
     order = list(REGISTRY)
     return sorted(set(series_of(table)), key=lambda s: (order.index(s.split()[0]) if s.split()[0] in order else 99, s))
 
@@ -101,8 +86,6 @@ def summary_rows(table: pa.Table) -> list[dict]:
 
 def guarantee_note(mechanism_names: list[str]) -> list[str]:
     """The sentence under every table that mixes guarantee types: their ε is not one scale."""
-    from dpspark.mechanisms import GUARANTEE_TYPES, REGISTRY
-
     types = sorted({REGISTRY[m].guarantee_type for m in mechanism_names if m in REGISTRY})
     if len(types) < 2:
         kind = types[0] if types else "metric"

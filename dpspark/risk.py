@@ -71,8 +71,8 @@ import numpy as np
 
 from dpspark.engine import exact_attack as ea
 from dpspark.engine import fold
+from dpspark.mechanisms import series_of_row
 from dpspark.mechanisms.base import WordMechanism
-from dpspark.mechanisms.noise import series_of_row
 
 FIT_HALF, SCORE_HALF = 0, 1
 TOP = ea.TOP

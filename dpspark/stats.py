@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpspark.errors import ConfigError, EmbeddingError
-from dpspark.mechanisms import MechanismSpec, WordMechanism
-from dpspark.mechanisms.noise import lambda_of_series, series_of_lambda
+from dpspark.mechanisms import MechanismSpec, WordMechanism, lambda_of_series, series_of_lambda
 
 PERCENTILES = (5, 50, 95)
 

@@ -117,10 +117,10 @@ def classification_metrics(
 def setting_of(row: dict) -> str | None:
     """The row's setting without ε (``report.series_label``, e.g. ``laplace``, ``tem β=0.001``);
     None for the baseline. Rows written before the setting column are of the noise family, named by
-    ``mechanisms.noise.series_of_row``."""
+    ``dpspark.mechanisms.series_of_row``."""
     if row["mode"] == BASELINE:
         return None
-    from dpspark.mechanisms.noise import series_of_row
+    from dpspark.mechanisms import series_of_row
 
     return series_of_row(row)
 

@@ -14,26 +14,64 @@ from __future__ import annotations
 from typing import Any
 
 from dpspark.errors import ConfigError, RenamedParameterWarning
+from dpspark.mechanisms import labels
 from dpspark.mechanisms.base import GUARANTEE_TYPES, MechanismSpec, Space, WordMechanism
-from dpspark.mechanisms.noise import CHUNK, NoiseMechanism, sample_noise, sample_radial
+from dpspark.mechanisms.labels import LEGACY_COLUMN, LEGACY_GRID_FIELDS, SETTING_COLUMNS, SYMBOLS, axis_order
+from dpspark.mechanisms.noise import CHUNK, NoiseMechanism, lambda_of_series, series_of_lambda, series_of_row
 from dpspark.mechanisms.registry import load
+from dpspark.mechanisms.sampling import sample_noise, sample_radial
 
 REGISTRY: dict[str, type[MechanismSpec]] = load()  # dpspark.mechanisms.registry: one line per mechanism
 
 __all__ = [
     "CHUNK",
     "GUARANTEE_TYPES",
+    "LEGACY_COLUMN",
+    "LEGACY_GRID_FIELDS",
     "REGISTRY",
+    "SETTING_COLUMNS",
+    "SYMBOLS",
     "MechanismSpec",
     "NoiseMechanism",
     "Space",
     "WordMechanism",
+    "axis_names",
+    "grid_facts",
+    "lambda_of_series",
     "names",
     "parameters",
     "parse",
     "sample_noise",
     "sample_radial",
+    "series_label",
+    "series_of_lambda",
+    "series_of_row",
 ]
+
+
+def axis_names() -> list[str]:
+    """The grid axes of every registered mechanism besides ε (lambda, beta, gamma, t first): one column each,
+    in ``labels.axis_order``."""
+    return axis_order(p for spec in REGISTRY.values() for p in spec.axis_names())
+
+
+def series_label(mechanism: str, axes: dict[str, float | None]) -> str:
+    """A setting without its ε, as tables and legends name it (``MechanismSpec.label_of`` of a registered
+    mechanism): ``laplace``, ``mahalanobis λ=0.5``."""
+    spec = REGISTRY.get(mechanism)
+    return spec.label_of(axes) if spec is not None else labels.series_label(mechanism, axes)
+
+
+def grid_facts(specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
+    """What the grid commands' manifests state of a grid beyond its settings: each registered family's
+    ``MechanismSpec.grid_facts`` (asked once per family, in registry order; the noise family's λ grid)."""
+    out: dict[str, Any] = {}
+    asked = set()
+    for spec in REGISTRY.values():
+        if spec.grid_facts.__func__ not in asked:  # a family's specs share their hook: asked once
+            asked.add(spec.grid_facts.__func__)
+            out.update(spec.grid_facts(specs, space))
+    return out
 
 
 def names() -> list[str]:

@@ -34,6 +34,8 @@ import numpy as np
 
 from dpspark import cachekey, params
 from dpspark._pydantic import BaseModel, Field, validator
+from dpspark.mechanisms.labels import axis_order, series_label, show
+from dpspark.mechanisms.sampling import sample_noise
 
 log = logging.getLogger("dpspark")
 
@@ -68,11 +70,6 @@ DISTANCE_ENTRIES = 2**24
 DISTANCE_TILE_BYTES = 2**20
 # Tiles start at multiples of this many words (the exponential sampler's chunks, summed per tile).
 TILE_ALIGN = 256
-
-
-def show(value: Any) -> str:
-    """An axis value as labels write it: numbers with ``:g``, words as they are."""
-    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def _digest_path(path: Path) -> Path:
@@ -402,14 +399,22 @@ class WordMechanism(ABC):
         does (the recall probe; driver only, never released): noisy vectors at this ε, with the mechanism's
         own noise matrix where it has one (``a``: the regularized Mahalanobis noise), else the Laplace
         mechanism's noise."""
-        from dpspark.mechanisms.noise import sample_noise
-
         rows = np.asarray(rows, dtype=np.int64)
         return self.vectors[rows] + sample_noise(len(rows), self.dim, self.epsilon, rng, self.a)
 
     def distribution(self, rows: np.ndarray) -> np.ndarray | None:
         """The exact P(u | w) for each row (n × V float64, rows sum to 1), or None without a closed form."""
         return None
+
+    def verbatim_share(self, rows: np.ndarray) -> float:
+        """The share of tokens of ``rows`` (each alike) that this mechanism releases as themselves by design,
+        whatever ε (SanText+'s non-sensitive words, with probability 1 − p): 0 by default."""
+        return 0.0
+
+    def verbatim_advice(self) -> tuple[str, str]:
+        """Why ``verbatim_share`` is what it is, and what to change: two clauses of perturb's warning when the
+        share is high (for the mechanisms whose share is not 0)."""
+        return "", ""
 
     @property
     def closed_form(self) -> bool:
@@ -489,6 +494,18 @@ class MechanismSpec(BaseModel):
         the artefacts to ship."""
         return []
 
+    @classmethod
+    def grid_facts(cls, specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
+        """What the grid commands' manifests state of a whole grid (``specs``, any mechanisms) that only this
+        family knows (the noise family: the λ grid, each λ's Euclidean factor and ξ_min); asked once per family
+        (``dpspark.mechanisms.grid_facts``), whether or not the grid holds one of its settings. None by default."""
+        return {}
+
+    def ledger_cost_terms(self) -> dict[str, Any]:
+        """The terms of a release's cost beside ε that the ledger records (``dpspark.ledger.cost``): SanText+'s
+        p (UMLDP), SynTF's draws (a document's bound); None for a term a mechanism does not have."""
+        return {"p": None, "draws": None}
+
     def corpus_counts_artefact(self) -> str | None:
         """The name under which this setting wants the input corpus's count of each word of W in the driver's
         Space (``corpus_counts``; never shipped), which perturb and release then count before ``prepare``;
@@ -533,13 +550,18 @@ class MechanismSpec(BaseModel):
         """What this mechanism releases outside its guarantee by design (beside the run's opt-ins)."""
         return []
 
-    def series_label(self) -> str:
-        """The setting without its ε, as tables and legends name it (``report.series_label`` over every
-        table's axis columns): ``laplace``, ``mahalanobis λ=0.5``, ``tem β=0.001``; one line of a frontier."""
-        from dpspark import report  # report imports this module
+    @classmethod
+    def label_of(cls, axes: dict[str, Any]) -> str:
+        """The label of this mechanism's setting with ``axes`` (ε left out; None: an axis it does not have), as
+        tables and legends name it (``dpspark.mechanisms.labels.series_label``): ``mahalanobis λ=0.5``,
+        ``tem β=0.001``. Also the label of a result row read back (``dpspark.mechanisms.series_label``)."""
+        return series_label(cls.__fields__["name"].default, axes)
 
+    def series_label(self) -> str:
+        """The setting without its ε (``label_of`` its axes, in the axis columns' order ``axis_order``):
+        ``laplace``, ``mahalanobis λ=0.5``, ``tem β=0.001``; one line of a frontier."""
         own = self.axes()
-        return report.series_label(self.name, {a: own.get(a) for a in report.axis_names()})
+        return self.label_of({a: own.get(a) for a in axis_order(self.axis_names())})
 
     def label(self) -> str:
         """A short name of the setting for tables and plots, e.g. ``tem ε=5 beta=0.001``."""

@@ -23,32 +23,10 @@ import numpy as np
 from dpspark._pydantic import Field, validator
 from dpspark.mechanisms.base import UNITS, MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.geometry import Geometry, check_lambda, geometry
-from dpspark.params import check_epsilon
+from dpspark.mechanisms.labels import LEGACY_COLUMN
+from dpspark.mechanisms.sampling import sample_noise
 
 CHUNK = 8192
-
-
-def sample_noise(n: int, dim: int, epsilon: float, rng: np.random.Generator, a: np.ndarray | None = None) -> np.ndarray:
-    """Draw n noise vectors with density ∝ exp(−ε‖z‖_RM) (Algorithm 1), float64 n×d.
-
-    Args:
-        n: number of vectors.
-        dim: d.
-        epsilon: ε > 0.
-        rng: the generator (secure or per-batch keyed; see dpspark.rng).
-        a: A = (λΣ+(1−λ)I)^½, or None for A = I (Laplace).
-    """
-    z = sample_radial(n, dim, 1.0 / check_epsilon(epsilon), rng)
-    return z if a is None else z @ a.T
-
-
-def sample_radial(n: int, dim: int, scale: float, rng: np.random.Generator) -> np.ndarray:
-    """n vectors with density ∝ exp(−‖z‖/scale) in R^dim: radius Gamma(dim, scale), uniform direction."""
-    z = rng.standard_normal((n, dim))
-    radius = rng.gamma(shape=dim, scale=scale, size=n)
-    # In place: X = N/‖N‖ scaled by Y, without temporaries of the size of N.
-    z *= (radius / np.sqrt(np.einsum("ij,ij->i", z, z)))[:, None]
-    return z
 
 
 class NoiseMechanism(WordMechanism):
@@ -142,33 +120,11 @@ def prepare_rm(space: Space, lam: float) -> list[str]:
     return [] if rm_matrix(space, lam) is None else [_rm_name(float(lam))]
 
 
-def grid_facts(specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
-    """What the grid commands' manifests state of the noise family: its λ grid (the settings with a λ axis,
-    Vickrey's included), each λ's Euclidean-equivalent ε factor (Xu et al. Lemmas 2–3) and ξ_min, the
-    smallest eigenvalue of the scaled covariance (null without a λ)."""
-    lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
-    return {
-        "lambdas": lams,
-        "euclidean_epsilon_factor": {str(lam): geometry_of(space, lam).euclidean_epsilon(1.0) for lam in lams},
-        "xi_min": geometry_of(space, lams[0]).xi_min if lams else None,
-    }
-
-
 def series_of_lambda(lam: float) -> str:
     """The setting (``series_label``) of the noise family at λ: ``laplace`` at 0, else ``mahalanobis λ=…``.
     Outputs written before the mechanism and setting columns name their settings by λ alone."""
-    from dpspark.report import series_label  # report imports this module
-
     lam = float(lam)  # as read back: not validated (a damaged value is named, then refused where it is used)
-    return series_label("laplace" if lam == 0 else "mahalanobis", {"lambda": lam})
-
-
-# The grid commands' flag of the noise family's λ grid (``--lambdas``; ``--grid lambda=…`` says the same).
-LEGACY_GRID_FIELDS = ("lambdas",)
-# Result tables written before the setting and mechanism columns name their rows by λ alone.
-LEGACY_COLUMN = "lambda"
-# The columns a result row's setting is read from (``series_of_row``: the first present).
-SETTING_COLUMNS = ("setting", LEGACY_COLUMN)
+    return (Laplace if lam == 0 else Mahalanobis).label_of({"lambda": lam})
 
 
 def series_of_row(row: Mapping[str, Any]) -> str:
@@ -197,6 +153,18 @@ class _NoiseSpec(MechanismSpec):
 
     def axes(self) -> dict[str, float]:
         return {"lambda": self.lam}
+
+    @classmethod
+    def grid_facts(cls, specs: list[MechanismSpec], space: Space) -> dict[str, Any]:
+        """What the grid commands' manifests state of the noise family: its λ grid (the settings with a λ axis,
+        Vickrey's included), each λ's Euclidean-equivalent ε factor (Xu et al. Lemmas 2–3) and ξ_min, the
+        smallest eigenvalue of the scaled covariance (null without a λ)."""
+        lams = sorted({spec.axes()["lambda"] for spec in specs if "lambda" in spec.axes()})
+        return {
+            "lambdas": lams,
+            "euclidean_epsilon_factor": {str(lam): geometry_of(space, lam).euclidean_epsilon(1.0) for lam in lams},
+            "xi_min": geometry_of(space, lams[0]).xi_min if lams else None,
+        }
 
     def prepare(self, space: Space) -> list[str]:
         return prepare_rm(space, self.lam)
@@ -250,6 +218,11 @@ class Laplace(_NoiseSpec):
     paper: ClassVar[str] = "Feyisetan, Balle, Drake, Diethe, WSDM 2020 (calibrated multivariate perturbations)"
     summary: ClassVar[str] = "multivariate Laplace noise on the embedding, nearest word"
     default_epsilons: ClassVar[tuple[float, ...]] = (4.0, 5.0, 6.0, 8.0, 10.0)
+
+    @classmethod
+    def label_of(cls, axes: dict[str, Any]) -> str:
+        """``laplace``: its λ is fixed at 0, so its name says all of its setting."""
+        return "laplace"
 
     @validator("lam", pre=True, allow_reuse=True)
     def _lam(cls, v: Any) -> float:

@@ -107,6 +107,10 @@ class SanTextPlus(MechanismSpec):
     def axis_names(cls) -> list[str]:
         return ["p", "sensitive_fraction"]
 
+    def ledger_cost_terms(self) -> dict[str, Any]:
+        """p: the guarantee's ln(1/p) term (UMLDP)."""
+        return {**super().ledger_cost_terms(), "p": self.p}
+
     def corpus_counts_artefact(self) -> str | None:
         """``CORPUS_COUNTS`` under ``sensitive_from_corpus``: V_S is then ranked by the input corpus's counts."""
         return CORPUS_COUNTS if self.sensitive_from_corpus else None
@@ -267,6 +271,12 @@ class SanTextPlusSampler(TruncatedExponential):
         """The share of tokens of ``rows`` (each alike) released verbatim by design, whatever ε: 1 − p for
         each non-sensitive word."""
         return (1.0 - self.p) * float(self._kept(np.asarray(rows, dtype=np.int64))[1].mean())
+
+    def verbatim_advice(self) -> tuple[str, str]:
+        return (
+            f"non-sensitive words are kept with probability 1 - p = {1 - self.p:g}",
+            "raise --p, or protect more words with --sensitive-fraction",
+        )
 
     def _kept(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position in W, whether the word is non-sensitive) of each row."""

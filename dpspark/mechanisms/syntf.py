@@ -109,6 +109,10 @@ class SynTF(MechanismSpec):
     def axes(self) -> dict[str, Any]:
         return {} if self.draws is None else {"draws": float(self.draws)}
 
+    def ledger_cost_terms(self) -> dict[str, Any]:
+        """draws: n of the document's n·ε (None: the document's token count, unknown to the ledger)."""
+        return {**super().ledger_cost_terms(), "draws": self.draws}
+
     def build(self, space: Space) -> WordMechanism:
         return CosineExponential(space, self)
 

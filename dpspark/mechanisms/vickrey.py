@@ -36,7 +36,8 @@ from dpspark._pydantic import Field, validator
 from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.geometry import check_lambda
-from dpspark.mechanisms.noise import CHUNK, _NoiseSpec, prepare_rm, rm_matrix, sample_noise
+from dpspark.mechanisms.noise import CHUNK, _NoiseSpec, prepare_rm, rm_matrix
+from dpspark.mechanisms.sampling import sample_noise
 
 
 def choose_first(r1: np.ndarray, r2: np.ndarray, t: float, u: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ import dpspark
 from dpspark import report
 from dpspark.config import CalibrateConfig, StatsConfig
 from dpspark.errors import ConfigError, InputDataError
-from dpspark.mechanisms.noise import LEGACY_COLUMN, SETTING_COLUMNS, series_of_row
+from dpspark.mechanisms import LEGACY_COLUMN, SETTING_COLUMNS, series_of_row
 from dpspark.outputs import to_json
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.reports import ReportOutput

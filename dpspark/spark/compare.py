@@ -58,7 +58,7 @@ from dpspark.errors import ConfigError, InputDataError
 from dpspark.evaluation import compare_report as cr
 from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.compare_analysis import Analysis, round_robin
-from dpspark.mechanisms import MechanismSpec
+from dpspark.mechanisms import SYMBOLS, MechanismSpec
 from dpspark.prepare import Prepared, prepare_grid
 from dpspark.progress import Costs, describe, duration, eta_line, log_progress, periodically
 from dpspark.rng import derive_key, derived_generator, new_job_key
@@ -648,11 +648,11 @@ def mlflow_params(manifest: dict[str, Any]) -> dict[str, str]:
 
 def _mlflow_key(key: str) -> str:
     """MLflow's metric names take alphanumerics, underscores, dashes, periods, spaces and slashes; ASCII
-    here, whatever the tracking server: Greek letters by their names (``report.SYMBOLS``), ``1e+06`` as
+    here, whatever the tracking server: Greek letters by their names (``dpspark.mechanisms.SYMBOLS``), ``1e+06`` as
     ``1e06``, ``=`` and anything else as ``_``."""
     import re
 
-    for name, symbol in report.SYMBOLS.items():
+    for name, symbol in SYMBOLS.items():
         key = key.replace(symbol, name)
     return re.sub(r"[^\w\-./ ]", "_", key.replace("+", ""), flags=re.ASCII)
 

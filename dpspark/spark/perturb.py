@@ -127,19 +127,16 @@ UNCHANGED_WARNING = 0.9  # perturb warns above this expected share of tokens rel
 def unchanged_warning(prepared: Prepared) -> dict[str, Any]:
     """Warn when ε is so large that most tokens come out as themselves (``stats.expected_unchanged``,
     on public words only); the figure goes into the manifest."""
-    from dpspark.mechanisms.santext_plus import SanTextPlusSampler
     from dpspark.stats import UNCHANGED_WORDS, expected_unchanged
 
     m = prepared.mechanism
     share, how = expected_unchanged(m)
     c = prepared.config
-    # SanText+ releases its non-sensitive words verbatim with probability 1 − p at every ε
-    verbatim = m.verbatim_share(m.vocab_rows[:UNCHANGED_WORDS]) if isinstance(m, SanTextPlusSampler) else 0.0
+    # what the mechanism releases verbatim at every ε (SanText+: its non-sensitive words, with probability 1 − p)
+    verbatim = m.verbatim_share(m.vocab_rows[:UNCHANGED_WORDS])
     if verbatim > UNCHANGED_WARNING:
-        fix = (
-            f"{100 * verbatim:.0f}% of them by design, whatever epsilon (non-sensitive words are kept with probability "
-            f"1 - p = {1 - m.p:g}): raise --p, or protect more words with --sensitive-fraction"
-        )
+        why, change = m.verbatim_advice()
+        fix = f"{100 * verbatim:.0f}% of them by design, whatever epsilon ({why}): {change}"
     else:
         fix = "choose a smaller epsilon (see docs/choosing-epsilon.md, or run dpspark compare on your data)"
     if share > UNCHANGED_WARNING:

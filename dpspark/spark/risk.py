@@ -50,7 +50,7 @@ from dpspark.config import RiskConfig
 from dpspark.embeddings import embeddings_of
 from dpspark.engine import exact_attack as ea
 from dpspark.errors import ConfigError, InputDataError
-from dpspark.mechanisms import noise as noise_family
+from dpspark.mechanisms import grid_facts
 from dpspark.prepare import local_writes, prepare_grid, read_word_list, warn_unmatched
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator, derive_key, new_job_key
@@ -616,7 +616,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
             "epsilons": config.grid_epsilons(),
-            **noise_family.grid_facts(specs, grid.space),  # the noise family's facts
+            **grid_facts(specs, grid.space),  # each family's facts of the grid (the noise family's λ grid)
             "runs": config.runs,
             "fit_runs": half,
             "score_runs": half,

@@ -34,7 +34,7 @@ from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
 from dpspark.engine import nw_sw
 from dpspark.errors import ConfigError
-from dpspark.mechanisms import noise as noise_family
+from dpspark.mechanisms import grid_facts
 from dpspark.neighbours import AnnoyIndex
 from dpspark.prepare import Grid, local_writes, prepare_grid
 from dpspark.progress import Progress, describe, watching
@@ -286,7 +286,7 @@ def _run(config: StatsConfig, spark: SparkSession, out: ReportOutput, started: f
             "run_id": run_id,
             "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
             "epsilons": config.grid_epsilons(),
-            **noise_family.grid_facts(specs, grid.space),  # the noise family's facts
+            **grid_facts(specs, grid.space),  # each family's facts of the grid (the noise family's λ grid)
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),
             "exact_statistics": sorted({spec.name for spec in specs if exact[specs.index(spec)] is not None}),

@@ -58,8 +58,7 @@ from dpspark.config import EvaluateUtilityConfig, PerturbConfig
 from dpspark.embeddings import Embeddings, embeddings_of
 from dpspark.engine import classification
 from dpspark.errors import InputDataError
-from dpspark.mechanisms import MechanismSpec
-from dpspark.mechanisms import noise as noise_family
+from dpspark.mechanisms import MechanismSpec, grid_facts
 from dpspark.prepare import Prepared, local_writes, prepare, prepare_grid
 from dpspark.progress import Progress, describe
 from dpspark.rng import derive_key, new_job_key
@@ -451,7 +450,7 @@ def _evaluate(
         "mechanisms": names,
         "settings": [prep.spec.facts(prep.space) for prep in preps],
         "epsilons": config.grid_epsilons(),
-        **noise_family.grid_facts(specs, first.space),  # the noise family's facts
+        **grid_facts(specs, first.space),  # each family's facts of the grid (the noise family's λ grid)
         "repeats": config.repeats,
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
         "dimension": emb.dim,

@@ -194,3 +194,20 @@ def test_outputs_written_before_the_setting_column_name_their_settings_by_lambda
     assert noise.lambda_of_series("mahalanobis λ=0.25") == 0.25 and noise.lambda_of_series("tem β=0.001") is None
     assert noise.series_of_row({"lambda": 1.0}) == "mahalanobis λ=1"
     assert noise.series_of_row({"setting": "tem β=0.001", "lambda": None}) == "tem β=0.001"
+
+
+def test_a_settings_label_orders_its_axes_as_the_tables_columns():
+    """A spec's label (``MechanismSpec.series_label``) orders its own axes by ``labels.axis_order``, with no
+    registry at hand (the mechanisms import no report); a table row's label (``report.series_of``) orders them
+    by the tables' columns, every registered mechanism's axes together (``report.axis_names``). For each
+    registered mechanism the two orders agree, so a setting reads the same from its spec and from its row."""
+    from dpspark import report
+    from dpspark.mechanisms import labels
+
+    for name, spec in mechanisms.REGISTRY.items():
+        own = spec.axis_names()
+        assert labels.axis_order(own) == [a for a in report.axis_names() if a in own], name
+    vickrey = mechanisms.parse({"name": "vickrey", "epsilon": 3, "lambda": 1, "t": 0.25})
+    assert vickrey.series_label() == "vickrey λ=1 t=0.25" == report.series_label("vickrey", {"lambda": 1, "t": 0.25})
+    assert mechanisms.parse({"name": "laplace", "epsilon": 3}).series_label() == "laplace"
+    assert report.series_label("laplace", {"lambda": 0.0}) == "laplace"  # the Laplace mechanism's own label_of
