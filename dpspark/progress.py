@@ -18,17 +18,16 @@ log = logging.getLogger("dpspark.progress")
 HEARTBEAT = 25.0  # seconds: a watched piece of work logs a line at least this often
 
 
-def describe(spark: Any, command: str, step: str, run_id: str | None = None) -> None:
+def describe(spark: Any, command: str, step: str, run_id: str | None = None, *, connect: bool) -> None:
     """Name the Spark jobs that follow in the Spark UI: "dpspark <command>: <step>".
 
     Classic sessions set the job group (``dpspark-<run id>``, so one run's jobs can be found
-    and cancelled together) and its description. Spark Connect has no SparkContext: there the
-    jobs are tagged ``dpspark`` and ``dpspark-<command>`` instead.
+    and cancelled together) and its description. Spark Connect (``connect``: the caller's
+    ``dpspark.spark.session.is_connect(spark)``; this module imports no Spark code) has no
+    SparkContext: there the jobs are tagged ``dpspark`` and ``dpspark-<command>`` instead.
     """
-    from dpspark.spark.session import is_connect
-
     text = f"dpspark {command}: {step}"
-    if is_connect(spark):
+    if connect:
         spark.addTag("dpspark")
         spark.addTag(f"dpspark-{command}")
         return

@@ -64,6 +64,7 @@ from dpspark.progress import Costs, describe, duration, eta_line, log_progress, 
 from dpspark.rng import derive_key, derived_generator, new_job_key
 from dpspark.spark import backend, resources
 from dpspark.spark.reports import ReportOutput
+from dpspark.spark.session import is_connect
 from dpspark.spark.transform import map_in_arrow, token_counts
 from dpspark.spark.utility import (
     TEXT,
@@ -168,7 +169,7 @@ class Comparison:
 
         t0 = time.perf_counter()
         self.step = "the non-private baseline and vocabulary only"
-        describe(self.spark, "compare", "non-private baseline", self.out.run_id)
+        describe(self.spark, "compare", "non-private baseline", self.out.run_id, connect=is_connect(self.spark))
         self.ships.append(resources.ship(self.spark, self.first.write_bundle))
         self.base_bundle = self.ships[0].name
         self.fitted_plain = self.model.fit(self.train, self.base_bundle)
@@ -228,7 +229,7 @@ class Comparison:
             chunk = order[k : k + size]
             self.step, self.chunk_started = f"{stage}: re-identification of {len(chunk)} settings", time.monotonic()
             t0 = time.perf_counter()
-            describe(self.spark, "compare", self.step, self.out.run_id)
+            describe(self.spark, "compare", self.step, self.out.run_id, connect=is_connect(self.spark))
             risks, shares = self.reidentification(chunk)
             spent = time.perf_counter() - t0
             total = sum(shares) or 1.0  # the chunk's own wall time, split as the attackers took it
@@ -252,7 +253,13 @@ class Comparison:
         """R perturbations of each split by the release's transform: the utility scores of both modes and
         the text metrics' sums (test split)."""
         c, spec = self.config, prep.spec
-        describe(self.spark, "compare", f"{stage}: {spec.label()}, {c.repeats} perturbations", self.out.run_id)
+        describe(
+            self.spark,
+            "compare",
+            f"{stage}: {spec.label()}, {c.repeats} perturbations",
+            self.out.run_id,
+            connect=is_connect(self.spark),
+        )
         if prep is self.first:
             bundle = self.base_bundle  # the baseline's bundle is the first setting's
         else:
@@ -319,7 +326,7 @@ class Comparison:
         """The utility at ε = ∞, both modes: every word replaced by its nearest vocabulary word (itself
         when it is one), every token without a vector by the placeholder, no noise
         (``dpspark.bundle.VocabularyOnly``). What the vocabulary alone costs: no ε does better."""
-        describe(self.spark, "compare", "vocabulary only (ε = ∞)", self.out.run_id)
+        describe(self.spark, "compare", "vocabulary only (ε = ∞)", self.out.run_id, connect=is_connect(self.spark))
         out: dict[str, float] = {}
         for mode in utility.MODES:
             testing = mode == "test-time"

@@ -267,7 +267,13 @@ def _run(config: StatsConfig, spark: SparkSession, out: ReportOutput, started: f
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        describe(spark, "privacy-stats", f"Nw/Sw of {len(word_rows)} words at {len(items)} work items", run_id)
+        describe(
+            spark,
+            "privacy-stats",
+            f"Nw/Sw of {len(word_rows)} words at {len(items)} work items",
+            run_id,
+            connect=is_connect(spark),
+        )
         result = spark_per_word(spark, items, new_job_key(config.seed), shipment.name)
         draws = len(specs) * len(word_rows) * config.runs
         compute_s = time.perf_counter() - t0

@@ -406,7 +406,7 @@ def _evaluate(
         prep_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        describe(spark, "evaluate-utility", "non-private baseline", out.run_id)
+        describe(spark, "evaluate-utility", "non-private baseline", out.run_id, connect=is_connect(spark))
         ships.append(resources.ship(spark, first.write_bundle))
         base_bundle = ships[0].name
         fitted_plain = model.fit(train, base_bundle)
@@ -528,7 +528,13 @@ def _score_settings(
     progress = Progress("evaluate-utility", len(preps))
     for prep in preps:
         spec = prep.spec
-        describe(spark, "evaluate-utility", f"{spec.label()}, {config.repeats} perturbations", run_id)
+        describe(
+            spark,
+            "evaluate-utility",
+            f"{spec.label()}, {config.repeats} perturbations",
+            run_id,
+            connect=is_connect(spark),
+        )
         t0 = time.perf_counter()
         if prep is preps[0]:
             shipment = ships[0]  # the baseline's bundle is the first setting's
