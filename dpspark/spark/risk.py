@@ -107,22 +107,24 @@ def attack(
     Args:
         counts: (half, setting, word, output, count).
         prior: (word, f: its token count, sensitive: boolean).
-        model: the model attacker's guesses (setting, output, word, rank) and the settings they are of
-            (``model_attacker``).
+        model: the model attacker's shipped guesses and the settings they are of (``model_attacker``).
+
+    Nothing of a size that grows with the vocabulary is broadcast: the model attacker's guesses are
+    files the executors read (``model_ranks``), and the prior joins as Spark's own size threshold decides.
     """
     keys = ["setting"]
     fit = counts.filter(F.col("half") == risk.FIT_HALF).drop("half")
     score = counts.filter(F.col("half") == risk.SCORE_HALF).drop("half")
     by_output = Window.partitionBy(*keys, "output").orderBy(F.desc("weight"), F.asc("word"))
     guesses = (
-        fit.join(F.broadcast(prior), "word")
+        fit.join(prior, "word")
         .withColumn("weight", F.col("f") * F.col("count"))
         .withColumn("rank", F.row_number().over(by_output))
         .filter(F.col("rank") <= top)
         .select(*[F.col(k).alias(f"g_{k}") for k in [*keys, "output", "word"]], "rank")
     )
     seen = fit.select(*keys, "output").distinct().withColumn("seen", F.lit(True))
-    scored = score
+    scored = score if model is None else model_ranks(score, model)
     # The rank of the true word among the guesses for its output (null: not among them).
     match = [scored[k] == guesses[f"g_{k}"] for k in [*keys, "output", "word"]]
     scored = scored.join(guesses, match, "left").join(seen, [*keys, "output"], "left")
@@ -130,10 +132,6 @@ def attack(
     rank = F.when(F.col("seen").isNull(), F.when(F.col("output") == F.col("word"), F.lit(1))).otherwise(F.col("rank"))
     hits = {"unchanged": F.col("output") == F.col("word"), "bayes_top1": rank == 1, "bayes_top5": rank <= top}
     if model is not None:
-        m = model.frame.select(
-            *[F.col(k).alias(f"m_{k}") for k in [*keys, "output", "word"]], F.col("rank").alias("m_rank")
-        )
-        scored = scored.join(F.broadcast(m), [scored[k] == m[f"m_{k}"] for k in [*keys, "output", "word"]], "left")
         hits.update({"model_top1": F.col("m_rank") == 1, "model_top5": F.col("m_rank") <= top})
     sums = [F.sum("count").alias("n")]
     sums += [F.sum(F.when(h, F.col("count")).otherwise(0)).alias(name) for name, h in hits.items()]
@@ -165,20 +163,63 @@ def attack(
 
 
 class Guesses(NamedTuple):
-    """The model attacker's guesses (setting, output, word, rank) and the settings they cover."""
+    """The model attacker's guesses, shipped as files (``ship_arrays``: per setting s its outputs
+    ``outputs-s`` and their guesses ``guesses-s``, ``risk.guess_columns``), and the settings they cover."""
 
-    frame: DataFrame
+    name: str
     settings: set[int]
+
+
+def ship_arrays(spark: SparkSession, arrays: dict[str, np.ndarray]) -> str:
+    """Send numpy arrays to every executor as files (``key.npy``), returned by name for ``shipped_array``:
+    a table of V columns per setting, which as a broadcast (or in a task's closure) would be held whole in
+    the driver's memory and in every executor's."""
+
+    def write(directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for key, array in arrays.items():
+            np.save(directory / f"{key}.npy", array)
+
+    return resources.ship(spark, write).name
+
+
+def shipped_array(name: str, key: str) -> np.ndarray:
+    """On an executor: the array ``key`` of the files ``ship_arrays`` sent as ``name``."""
+    from pyspark import SparkFiles
+
+    return np.load(Path(SparkFiles.get(name)) / f"{key}.npy")
+
+
+def model_ranks(score: DataFrame, model: Guesses) -> DataFrame:
+    """``score`` (setting, word, output, count, ...) with ``m_rank``: the rank of the word among the model
+    attacker's guesses for the output (null: not among them, or a setting without the model attacker),
+    looked up on the executors in the shipped tables, each task reading the settings it meets once."""
+
+    def ranks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for b in batches:
+            setting, word, output = (b.column(c).to_numpy(zero_copy_only=False) for c in ("setting", "word", "output"))
+            rank = np.zeros(b.num_rows, dtype=np.int32)
+            for s in sorted(set(np.unique(setting).tolist()) & model.settings):
+                if s not in tables:
+                    tables[s] = (shipped_array(model.name, f"outputs-{s}"), shipped_array(model.name, f"guesses-{s}"))
+                rows = setting == s
+                rank[rows] = risk.guess_ranks(*tables[s], output[rows], word[rows])
+            m_rank = pa.array(rank, pa.int32(), mask=rank == 0)  # from_arrays: pyarrow < 15 has no append_column
+            yield pa.RecordBatch.from_arrays([*b.columns, m_rank], names=[*b.schema.names, "m_rank"])
+
+    return score.mapInArrow(ranks, T.StructType([*score.schema.fields, T.StructField("m_rank", T.IntegerType())]))
 
 
 def model_attacker(
     counts: DataFrame, settings: set[int], mechanisms: list, prior: dict[int, float], spark: SparkSession, bundle: str
 ) -> tuple[Guesses | None, dict[int, float]]:
-    """The model attacker of ``settings`` as a DataFrame of guesses (setting, output, word, rank) with the
-    settings it covers, and each setting's β. β is fitted on the driver (``risk.fit_beta`` on the fitted
-    runs of ``risk.model_words``, collected: counts of public-noise draws, no text); the guesses are
-    folded on the executors, one task per (setting, span of corpus words), as the exact attacker's
-    (``guesses_on_executors``)."""
+    """The model attacker of ``settings`` as guesses shipped to the executors (``Guesses``: the best
+    ``top`` words of every output, per setting) with the settings it covers, and each setting's β. β is
+    fitted on the driver (``risk.fit_beta`` on the fitted runs of ``risk.model_words``, collected: counts
+    of public-noise draws, no text); the guesses are folded on the executors, one task per (setting, span
+    of corpus words), as the exact attacker's (``guesses_on_executors``), and shipped back as files, as
+    the exact attacker's pass 2 reads its own."""
     if not settings:
         return None, {}
     words = [int(w) for w in risk.model_words(np.array(sorted(prior), dtype=np.int64))]
@@ -196,33 +237,10 @@ def model_attacker(
     best = guesses_on_executors(
         spark, items, lambda mech, s: ea.model_scores(mech.space, betas[s], corpus), bundle, corpus, "model attacker"
     )
-    parts = []
+    arrays = {}
     for s in sorted(settings):
-        outputs, guessed, ranks = risk.model_rows(mechanisms[s].space, best[s].word)
-        parts.append(
-            pa.table(
-                {
-                    "setting": pa.array(np.full(len(outputs), s, dtype=np.int64)),
-                    "output": pa.array(outputs.astype(np.int64)),
-                    "word": pa.array(guessed.astype(np.int64)),
-                    "rank": pa.array(ranks.astype(np.int32)),
-                }
-            )
-        )
-    table = pa.concat_tables(parts)
-    return Guesses(arrow_frame(spark, table), set(settings)), betas  # V·top rows per setting
-
-
-def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
-    """A DataFrame of an Arrow table: pyspark 4 takes the table itself; 3.5 (Databricks 14.3, 15.4) takes
-    it through pandas, which its spark extra brings."""
-    import pyspark
-
-    if int(pyspark.__version__.split(".")[0]) >= 4:
-        # In one chunk: through Spark Connect (pyspark 4.0) a table of several chunks came back with the
-        # first chunk's rows only (tests/connect: the model attacker's second setting had no guesses).
-        return spark.createDataFrame(table.combine_chunks())
-    return spark.createDataFrame(table.to_pandas())
+        arrays[f"outputs-{s}"], arrays[f"guesses-{s}"] = risk.guess_columns(mechanisms[s].space, best[s].word)
+    return Guesses(ship_arrays(spark, arrays), set(settings)), betas  # top × V guesses per setting, as files
 
 
 def doc_exposures(
@@ -330,18 +348,11 @@ def exact_attack(
         spark, items, lambda mech, s: ea.exact_scores(mech, corpus), bundle, corpus, "exact likelihoods, pass 1 of 2"
     )
 
-    def write(directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        for s, g in best.items():
-            np.save(directory / f"best-{s}.npy", g.word)
-
-    shipment = resources.ship(spark, write)
+    shipped = ship_arrays(spark, {f"best-{s}": g.word for s, g in best.items()})
 
     def hits(item: tuple[int, tuple[int, int]]) -> list[bytes]:
         s, span = item
-        from pyspark import SparkFiles
-
-        words = np.load(Path(SparkFiles.get(shipment.name)) / f"best-{s}.npy")
+        words = shipped_array(shipped, f"best-{s}")
         h = ea.create_hits(resources.resources(bundle).mechanisms()[s], corpus, span, words, runs)
         return [backend.pack(np.array([start]), sums, nw) for start, (sums, nw) in h.blocks.items()]
 

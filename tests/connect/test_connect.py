@@ -210,26 +210,6 @@ def refused_without_mllib(args: list[str], connect_url: str, out: Path) -> None:
 
 
 @pytest.mark.runtime
-def test_an_arrow_table_of_several_chunks_keeps_every_row_through_connect(connect_url):
-    """The model attacker's guesses are one Arrow table per setting, concatenated: through Connect on
-    pyspark 4.0 such a table once came back with its first chunk's rows only (``arrow_frame``)."""
-    code = f"""
-import pyarrow as pa
-from pyspark.sql import SparkSession
-from dpspark.spark.risk import arrow_frame
-spark = SparkSession.builder.remote({connect_url!r}).getOrCreate()
-ranks = pa.array(range(1000), pa.int32())
-table = pa.concat_tables([pa.table({{"setting": pa.array([s] * 1000, pa.int64()), "rank": ranks}}) for s in range(3)])
-assert table.column(0).num_chunks == 3
-df = arrow_frame(spark, table)
-print(df.count(), sorted(r["setting"] for r in df.select("setting").distinct().collect()))
-"""
-    done = run_isolated(code)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "3000 [0, 1, 2]"
-
-
-@pytest.mark.runtime
 def test_privacy_risk_through_connect_equals_classic(connect_url, classic, risk_on_the_sample, tmp_path):
     """No SparkContext on Connect: the statistics' DataFrame counts and the DataFrame attack give the
     classic run's shares (tests/spark/test_risk.py runs it) to the bit for a seed (integer sums: no float
