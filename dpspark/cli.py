@@ -543,6 +543,7 @@ def explain_failure(command: str, exc: Exception) -> int | None:
     """Print the one-sentence error of a failure the command explains and return its exit code;
     None for an unexpected failure (the caller re-raises it: exit 1 with a traceback)."""
     from dpspark.errors import ConfigError, DPSparkError, OutputError
+    from dpspark.spark.memory import memory_failure  # imports no pyspark: safe on any failure
 
     if isinstance(exc, DPSparkError):
         message, code = str(exc), exc.exit_code
@@ -557,6 +558,8 @@ def explain_failure(command: str, exc: Exception) -> int | None:
             "(or run it where Spark is installed, e.g. with spark-submit or on Databricks)"
         )
         code = ConfigError.exit_code
+    elif (memory := memory_failure(exc)) is not None:  # a Java heap ran out: the setting to raise
+        message, code = str(memory), memory.exit_code
     else:
         return None
     print(f"dpspark {command}: error: {message}", file=sys.stderr)

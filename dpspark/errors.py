@@ -62,6 +62,13 @@ class LedgerError(DPSparkError):
     exit_code = 8
 
 
+class SparkMemoryError(DPSparkError):
+    """Spark ran out of memory (a Java heap): give the driver or the executors more, or ask for less at once
+    (dpspark.spark.memory says which)."""
+
+    exit_code = 9
+
+
 class DPSparkWarning(UserWarning):
     """A warning of dpspark's own (the test suite turns these, and only these, into errors)."""
 
