@@ -140,8 +140,18 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
     quiet = logging.getLogger("dpspark").getEffectiveLevel() >= logging.ERROR
     if quiet and "PYSPARK_GATEWAY_PORT" not in os.environ:  # a JVM of dpspark's own starts here
         with _without_incubator_notice():
-            return builder.getOrCreate()
-    return builder.getOrCreate()
+            return _quiet_when_lost(builder.getOrCreate())
+    return _quiet_when_lost(builder.getOrCreate())
+
+
+def _quiet_when_lost(session: SparkSession) -> SparkSession:
+    """A session whose pyspark accumulator server prints nothing when the JVM dies: in local mode a task's
+    OutOfMemoryError ends the JVM, and the server's thread printed an EOFError traceback beside the
+    command's own one-line error (``dpspark.spark.memory``), which says what happened."""
+    server = getattr(session.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
+    return session
 
 
 def is_connect(spark: SparkSession) -> bool:
