@@ -12,6 +12,7 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from outputs import entries, snapshot
 
 import dpspark
 from dpspark.cli import main
@@ -19,16 +20,6 @@ from dpspark.cli import main
 pytestmark = pytest.mark.spark
 
 VOCAB = ["--vocab-size", "2000"]
-
-
-def snapshot(root):
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def entries(out):
-    return sorted(
-        (json.loads(p.read_text()) for p in (out / "_dpspark_ledger").glob("*.json")), key=lambda e: e["finished_at"]
-    )
 
 
 def test_ledger_of_three_guarantee_types_on_one_output(spark, dataset, tmp_path, capsys):

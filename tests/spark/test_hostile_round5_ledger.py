@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from outputs import entries, snapshot
 
 from dpspark.cli import main
 from dpspark.embeddings import load_default
@@ -16,16 +17,6 @@ from dpspark.embeddings import load_default
 pytestmark = pytest.mark.spark
 
 VOCAB = ["--vocab-size", "2000"]
-
-
-def snapshot(root):
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def entries(out):
-    return sorted(
-        (json.loads(p.read_text()) for p in (out / "_dpspark_ledger").glob("*.json")), key=lambda e: e["finished_at"]
-    )
 
 
 def factor(lam):

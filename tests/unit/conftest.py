@@ -18,3 +18,17 @@ def world(glove):
     words = sorted(glove.word_index[w] for w in WORDS)
     prior = {int(w): float(60 - 3 * i) for i, w in enumerate(words)}
     return Space(glove.vectors, vocab), prior, {int(words[0]), int(words[5])}
+
+
+@pytest.fixture()
+def raw(tmp_path):
+    """A small labelled Parquet input under tmp_path (the hostile-use refusal tests: ``refusals.py``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "raw"
+    d.mkdir()
+    pq.write_table(
+        pa.table({"text": ["the city is quiet", "a dog ran home"], "label": ["a", "b"]}), d / "part-0.parquet"
+    )
+    return d

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from refusals import refused
 
 from dpspark import ledger
 
@@ -77,42 +78,9 @@ def test_ledger_old_entries_keep_their_type_and_are_summed_only_where_their_unit
 # --- refusals before Spark starts: exit code, one sentence, nothing changed or left behind ----------
 
 
-@pytest.fixture()
-def raw(tmp_path):
-    """A small Parquet input and a snapshot of every file under tmp_path (bytes)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    d = tmp_path / "raw"
-    d.mkdir()
-    pq.write_table(
-        pa.table({"text": ["the city is quiet", "a dog ran home"], "label": ["a", "b"]}), d / "part-0.parquet"
-    )
-    return d
-
-
-def _snapshot(root):
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _refused(capsys, tmp_path, argv, code, *phrases):
-    """Run the CLI; assert the exit code, one error line naming ``phrases``, and tmp_path unchanged."""
-    from dpspark.cli import main
-
-    before = _snapshot(tmp_path)
-    assert main(argv) == code
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith(f"dpspark {argv[0]}: error: "), err
-    for phrase in phrases:
-        assert phrase in err[0], err[0]
-    assert _snapshot(tmp_path) == before  # the input byte-identical, nothing written beside it
-    assert not (tmp_path / "out").exists()
-    return err[0]
-
-
 def test_custext_top_k_larger_than_the_vocabulary_is_refused(capsys, tmp_path, raw):
     argv = ["perturb", "--input", str(raw), "--output", str(tmp_path / "out"), "--columns", "text", "--epsilon", "5"]
-    _refused(
+    refused(
         capsys,
         tmp_path,
         [*argv, "--mechanism", "custext", "--top-k", "100000", "--vocab-size", "2000"],
@@ -138,16 +106,16 @@ def test_word_files_that_are_not_utf8_are_refused(capsys, tmp_path, raw, flag):
     argv = ["perturb", "--input", str(raw), "--output", str(tmp_path / "out"), "--columns", "text", "--epsilon", "5"]
     if flag == "--sensitive-words":
         argv += ["--mechanism", "santext-plus"]
-    _refused(capsys, tmp_path, [*argv, flag, str(words)], 2, f"{words} is not UTF-8 text", "save it as UTF-8")
+    refused(capsys, tmp_path, [*argv, flag, str(words)], 2, f"{words} is not UTF-8 text", "save it as UTF-8")
 
 
 def test_word_list_and_risk_sensitive_words_not_utf8(capsys, tmp_path, raw):
     words = tmp_path / "words.txt"
     words.write_bytes(b"\xff\xfeword\n")
     out = str(tmp_path / "out")
-    _refused(capsys, tmp_path, ["privacy-stats", "--output", out, "--word-list", str(words)], 2, "not UTF-8 text")
+    refused(capsys, tmp_path, ["privacy-stats", "--output", out, "--word-list", str(words)], 2, "not UTF-8 text")
     argv = ["privacy-risk", "--input", str(raw), "--output", out, "--text-column", "text"]
-    _refused(capsys, tmp_path, [*argv, "--sensitive-words", str(words)], 2, "not UTF-8 text")
+    refused(capsys, tmp_path, [*argv, "--sensitive-words", str(words)], 2, "not UTF-8 text")
 
 
 def test_the_helps_quoted_grid_example_parses():
@@ -174,7 +142,7 @@ def test_the_helps_quoted_grid_example_parses():
     ],
 )
 def test_a_grid_axis_no_mechanism_takes_is_refused(capsys, tmp_path, extra, phrase):
-    _refused(capsys, tmp_path, ["privacy-stats", "--output", str(tmp_path / "out"), *extra], 2, phrase)
+    refused(capsys, tmp_path, ["privacy-stats", "--output", str(tmp_path / "out"), *extra], 2, phrase)
 
 
 def test_yaml_true_is_not_a_number(capsys, tmp_path, raw):
@@ -182,7 +150,7 @@ def test_yaml_true_is_not_a_number(capsys, tmp_path, raw):
     conf.write_text(
         f"input: {raw}\noutput: {tmp_path / 'out'}\ncolumns: text\nepsilon: 5\nmechanism: 1-diffractor\nlists: true\n"
     )
-    _refused(capsys, tmp_path, ["perturb", "--config", str(conf)], 2, "lists: must be a number, got True")
+    refused(capsys, tmp_path, ["perturb", "--config", str(conf)], 2, "lists: must be a number, got True")
 
 
 @pytest.mark.parametrize("how", ["flag", "grid"])
@@ -194,7 +162,7 @@ def test_syntf_draws_beyond_its_bound_are_refused(capsys, tmp_path, raw, how):
     else:
         argv = ["compare", "--input", str(raw), "--output", out, "--text-column", "text", "--label-column", "label"]
         argv += ["--mechanisms", "syntf", "--grid", "draws=1e9"]
-    _refused(capsys, tmp_path, argv, 2, "draws must be a whole number from 1 to 1,000")
+    refused(capsys, tmp_path, argv, 2, "draws must be a whole number from 1 to 1,000")
 
 
 @pytest.mark.parametrize(
@@ -206,7 +174,7 @@ def test_syntf_draws_beyond_its_bound_are_refused(capsys, tmp_path, raw, how):
     ],
 )
 def test_missing_column_flags_are_named(capsys, tmp_path, raw, command, given, phrase):
-    err = _refused(
+    err = refused(
         capsys, tmp_path, [command, "--input", str(raw), "--output", str(tmp_path / "out"), *given], 2, phrase
     )
     assert "same column" not in err
@@ -248,7 +216,7 @@ def _blas_lines(caplog):
 
 
 def test_blas_note_never_on_an_argument_error(blas_note, caplog, capsys, tmp_path):
-    _refused(capsys, tmp_path, ["privacy-stats", "--output", str(tmp_path / "out"), "--runs", "1"], 2, "runs")
+    refused(capsys, tmp_path, ["privacy-stats", "--output", str(tmp_path / "out"), "--runs", "1"], 2, "runs")
     assert not _blas_lines(caplog) and not blas_note
 
 
@@ -297,12 +265,12 @@ def no_spark(monkeypatch):
 def test_column_errors_come_from_the_parquet_schema_before_spark(
     capsys, tmp_path, raw, no_spark, command, flags, phrase
 ):
-    _refused(capsys, tmp_path, [command, "--input", str(raw), "--output", str(tmp_path / "out"), *flags], 3, phrase)
+    refused(capsys, tmp_path, [command, "--input", str(raw), "--output", str(tmp_path / "out"), *flags], 3, phrase)
 
 
 def test_a_missing_input_is_refused_before_spark(capsys, tmp_path, no_spark):
     argv = ["privacy-risk", "--input", str(tmp_path / "nowhere"), "--output", str(tmp_path / "out")]
-    _refused(capsys, tmp_path, [*argv, "--text-column", "text"], 3, "nowhere does not exist")
+    refused(capsys, tmp_path, [*argv, "--text-column", "text"], 3, "nowhere does not exist")
 
 
 def _unchanged_warning(name, epsilon, **params):

@@ -4,22 +4,9 @@ Each refusal: its exit code, its one sentence, and nothing changed or left behin
 from __future__ import annotations
 
 import pytest
+from refusals import refused
 
 from dpspark.errors import ConfigError
-
-
-@pytest.fixture()
-def raw(tmp_path):
-    """A small labelled Parquet input."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    d = tmp_path / "raw"
-    d.mkdir()
-    pq.write_table(
-        pa.table({"text": ["the city is quiet", "a dog ran home"], "label": ["a", "b"]}), d / "part-0.parquet"
-    )
-    return d
 
 
 @pytest.fixture()
@@ -33,25 +20,6 @@ def no_spark(monkeypatch):
     monkeypatch.setattr(SparkSession.Builder, "getOrCreate", refuse)
 
 
-def _snapshot(root):
-    """Every path under ``root``: a file's bytes, a directory as None (an empty one left behind counts)."""
-    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
-
-
-def _refused(capsys, tmp_path, argv, *phrases):
-    """Run the CLI; assert exit 2 (ConfigError), one error line naming ``phrases``, and tmp_path unchanged."""
-    from dpspark.cli import main
-
-    before = _snapshot(tmp_path)
-    assert main(argv) == ConfigError.exit_code
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith(f"dpspark {argv[0]}: error: "), err
-    for phrase in phrases:
-        assert phrase in err[0], err[0]
-    assert _snapshot(tmp_path) == before  # the input byte-identical, nothing written beside it
-    return err[0]
-
-
 # --- 6: a --solve setting without --solve ------------------------------------------------------------
 
 
@@ -59,10 +27,11 @@ def _refused(capsys, tmp_path, argv, *phrases):
 def test_a_solve_setting_without_solve_is_refused(capsys, tmp_path, raw, no_spark, flag, value):
     argv = ["compare", "--input", str(raw), "--output", str(tmp_path / "out"), "--text-column", "text"]
     argv += ["--label-column", "label", "--max-reidentification", "0.2", flag, value]
-    _refused(
+    refused(
         capsys,
         tmp_path,
         argv,
+        ConfigError.exit_code,
         f"{flag} sets the ε search of --solve, which is off",
         f"add --solve, or leave {flag} out",
     )
@@ -98,7 +67,14 @@ def test_an_output_named_as_dpsparks_own_files_is_refused(capsys, tmp_path, raw,
     argv = [command, "--output", str(out)]
     if command == "perturb":
         argv += ["--input", str(raw), "--columns", "text", "--epsilon", "5"]
-    _refused(capsys, tmp_path, argv, *phrases, "choose an --output with no part beginning with _dpspark_")
+    refused(
+        capsys,
+        tmp_path,
+        argv,
+        ConfigError.exit_code,
+        *phrases,
+        "choose an --output with no part beginning with _dpspark_",
+    )
     assert not (tmp_path / "d").exists()
 
 
@@ -111,7 +87,7 @@ def test_an_output_named_as_dpsparks_own_files_is_refused(capsys, tmp_path, raw,
 )
 def test_an_output_table_named_as_dpsparks_own_is_refused(capsys, tmp_path, raw, no_spark, table, phrase):
     argv = ["perturb", "--input", str(raw), "--output-table", table, "--columns", "text", "--epsilon", "5"]
-    _refused(capsys, tmp_path, argv, phrase)
+    refused(capsys, tmp_path, argv, ConfigError.exit_code, phrase)
 
 
 def test_names_that_only_look_alike_are_outputs():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from refusals import refused
 
 from dpspark.errors import ConfigError, DPSparkWarning, EmbeddingError
 
@@ -16,25 +17,6 @@ TRICKY = ["Paris", "LONDON", "BeRLiN", "Sa\u0303o"]
 TRICKY_WORDS = ["paris", "london", "berlin", "são"]  # GloVe's spellings of them, written out by hand
 # Lower-case neighbours that make the protected set large enough for P(w|w) to sit well below 1 − p = 0.8.
 CITIES = "rome madrid tokyo moscow vienna athens beijing cairo dublin lisbon prague warsaw rio paulo porto brazil"
-
-
-def _snapshot(root):
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _refused(capsys, tmp_path, argv, code, *phrases):
-    """Run the CLI; assert the exit code, one error line naming ``phrases``, and tmp_path unchanged."""
-    from dpspark.cli import main
-
-    before = _snapshot(tmp_path)
-    assert main(argv) == code
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith(f"dpspark {argv[0]}: error: "), err
-    for phrase in phrases:
-        assert phrase in err[0], err[0]
-    assert _snapshot(tmp_path) == before  # the input byte-identical, nothing written beside it
-    assert not (tmp_path / "out").exists()
-    return err[0]
 
 
 @pytest.fixture
@@ -122,7 +104,7 @@ def test_sensitive_words_that_match_nothing_warn_with_their_lines(glove, tmp_pat
 def test_a_yaml_key_given_twice_is_refused(capsys, tmp_path, raw, lines, phrase):
     conf = tmp_path / "c.yaml"
     conf.write_text("\n".join([f"input: {raw}", f"output: {tmp_path / 'out'}", "columns: text", *lines]) + "\n")
-    _refused(capsys, tmp_path, ["perturb", "--config", str(conf)], 2, f"config file {conf} {phrase}", "keep the one")
+    refused(capsys, tmp_path, ["perturb", "--config", str(conf)], 2, f"config file {conf} {phrase}", "keep the one")
 
 
 def test_an_embedding_holding_the_placeholder_is_refused(glove):
