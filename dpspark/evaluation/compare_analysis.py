@@ -196,7 +196,8 @@ class Analysis:
         (the figure never understates the attacker). Without: the best utility among the settings
         whose top-1 interval lies below ``--target-reidentification``. Either way only a setting whose
         classifier beats the majority class (``learns``); none at all where utility cannot tell the
-        settings apart (``no_signal``)."""
+        settings apart (``no_signal``), said alone where settings meet the bounds, else after where the
+        feasible region would lie."""
         c = self.config
         max_reid = c.max_reidentification if c.max_reidentification is not None else c.target_reidentification
         max_loss = c.max_utility_loss
@@ -207,8 +208,8 @@ class Analysis:
         bounds = f"top-1 re-identification ≤ {100 * max_reid:g}% (upper end of its 95% interval)"
         if max_loss is not None:
             bounds += f", {c.utility_metric} loss ≤ {max_loss:g} (baseline minus the mean, the worse mode)"
-        silent = self.no_signal()
-        if silent is not None:
+        silent = self.no_signal()  # where settings meet the bounds, utility still cannot choose among them
+        if silent is not None and meeting:
             return None, f"Bounds: {bounds}. **{silent}**"
         if ok:
             if c.max_utility_loss is not None:
@@ -235,7 +236,8 @@ class Analysis:
             if left
             else ""
         )
-        return None, f"Bounds: {bounds}. **No setting of the grid meets them.**{left_out} {hint}"
+        also = f" {silent}" if silent is not None else ""
+        return None, f"Bounds: {bounds}. **No setting of the grid meets them.**{left_out} {hint}{also}"
 
     def nearest_feasible(self) -> dict[str, Any]:
         """Without a recommendation, the measured setting nearest to meeting the bounds (the

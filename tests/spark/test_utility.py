@@ -302,6 +302,8 @@ def test_the_executors_fold_of_the_metrics_equals_the_numpy_combiner(spark, data
     p = np.array([r[1] for r in rows], np.int64)
     s = np.array([float(r[2][1]) for r in rows]) if classes == 2 else None
     assert counts == classification.create(y, p, s)
-    want = classification.finish(classification.create(y, p, s), classes)
+    counted = classification.create(y, p, s)
+    want = {**classification.finish(counted, classes), **classification.majority(counted)}
     assert model.score(fitted, df, "") == want
+    assert want["majority_rate"] == np.bincount(y).max() / len(y)
     assert 0.5 < want["accuracy"] <= 1.0 and len(set(p.tolist())) > 1

@@ -80,3 +80,13 @@ def test_a_private_setting_that_does_not_beat_the_majority_class_is_not_recommen
     assert chosen is learner  # prior is more private and meets the loss bound, but learned nothing
     chosen, why = Analysis([prior, point(8.0, 0.5, 0.95, True)], config(), BASELINE).recommend()
     assert chosen is None and "1 setting meeting them does not beat the majority class" in why
+
+
+def test_bounds_nothing_meets_say_where_to_look_and_that_utility_learned_nothing():
+    # no setting meets the re-identification target, and none learned anything: both are said, the
+    # feasible region first (more private settings would be needed whatever the classifier learns)
+    points = [point(2.0, 0.3, HAM, False), point(8.0, 0.5, HAM, False)]
+    chosen, why = Analysis(points, config(), BASELINE).recommend()
+    assert chosen is None
+    assert "**No setting of the grid meets them.**" in why
+    assert why.index("No setting of the grid") < why.index("no setting beats the majority class")
