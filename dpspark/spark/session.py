@@ -75,23 +75,29 @@ _INCUBATOR = b"WARNING: Using incubator modules"
 
 
 @contextmanager
-def _without_incubator_notice() -> Iterator[None]:
-    """Start a JVM inside: its stderr (fd 2, inherited) is a pipe forwarded without the incubator notice;
-    this process's own stderr is put back as it was when the block ends."""
+def _without_incubator_notice() -> Iterator[threading.Event]:
+    """Start a JVM inside (under --quiet): its stderr (fd 2, inherited) is a pipe forwarded without the
+    incubator notice while it starts, and dropped once the caller sets the event it is given (the session
+    is up). The JVM's log4j2 logs nothing then; what it still prints is written by the JVM itself, not
+    through log4j2: Scala's reporter of a dying JVM's rejected futures, with their stack frames, after a
+    task's OutOfMemoryError has ended it. dpspark's one line says what happened (``dpspark.spark.memory``),
+    and a failure it cannot explain ends with the exception that carries Spark's message. This process's
+    own stderr is put back as it was when the block ends."""
     read_fd, write_fd = os.pipe()
     real = os.dup(2)
+    started = threading.Event()
 
     def forward() -> None:
         with os.fdopen(read_fd, "rb") as lines:
             for line in lines:
-                if not line.startswith(_INCUBATOR):
+                if not started.is_set() and not line.startswith(_INCUBATOR):
                     os.write(real, line)
 
     threading.Thread(target=forward, name="dpspark-jvm-stderr", daemon=True).start()
     sys.stderr.flush()
     os.dup2(write_fd, 2)
     try:
-        yield
+        yield started
     finally:
         sys.stderr.flush()
         os.dup2(real, 2)
@@ -139,8 +145,10 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
         builder = builder.config(f"spark.executorEnv.{k}", v)
     quiet = logging.getLogger("dpspark").getEffectiveLevel() >= logging.ERROR
     if quiet and "PYSPARK_GATEWAY_PORT" not in os.environ:  # a JVM of dpspark's own starts here
-        with _without_incubator_notice():
-            return _quiet_when_lost(builder.getOrCreate())
+        with _without_incubator_notice() as started:
+            session = _quiet_when_lost(builder.getOrCreate())
+            started.set()
+            return session
     return _quiet_when_lost(builder.getOrCreate())
 
 
