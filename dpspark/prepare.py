@@ -29,7 +29,6 @@ from dpspark.neighbours import AnnoyIndex, NeighbourIndex, recall_at_1
 from dpspark.rng import secure_generator
 from dpspark.text import TextPerturber
 from dpspark.wordfiles import read_word_list
-from dpspark.wordfiles import warn_unmatched as warn_unmatched  # re-exported: dpspark.spark.risk reads it here
 
 log = logging.getLogger("dpspark")
 

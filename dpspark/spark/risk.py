@@ -51,7 +51,7 @@ from dpspark.embeddings import embeddings_of
 from dpspark.engine import exact_attack as ea
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.mechanisms import grid_facts
-from dpspark.prepare import local_writes, prepare_grid, read_word_list, warn_unmatched
+from dpspark.prepare import local_writes, prepare_grid
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator, derive_key, new_job_key
 from dpspark.spark import backend, io, resources, stats
@@ -61,6 +61,7 @@ from dpspark.spark.stats import mechanism_fields
 from dpspark.spark.transform import map_in_arrow, quote, token_counts
 from dpspark.stats import WorkItem, plan
 from dpspark.text import decode_strings, tokenize
+from dpspark.wordfiles import read_word_list, warn_unmatched
 
 log = logging.getLogger("dpspark")
 
