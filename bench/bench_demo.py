@@ -44,13 +44,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "reviews.parquet"
 
 
+# The log goes to a file: under --quiet, dpspark drops the local JVM's stderr once the session is up.
 LOG4J = """rootLogger.level = info
-rootLogger.appenderRef.stderr.ref = stderr
-appender.stderr.type = Console
-appender.stderr.name = stderr
-appender.stderr.target = SYSTEM_ERR
-appender.stderr.layout.type = PatternLayout
-appender.stderr.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.append = false
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{HH:mm:ss.SSS}} %p %c{{1}}: %m%n
 logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gateway.level = info
 """
@@ -116,7 +118,7 @@ def run(tree: Path, out: Path, log4j: Path | None = None, extra: tuple[str, ...]
     write = t.get("transform_and_write_s", t.get("perturb_and_write_s"))
     r = {"write_s": write, "prep_s": t.get("preparation_s"), "wall_s": wall}
     if log4j is not None:
-        r["phases"] = breakdown(p.stderr)
+        r["phases"] = breakdown((log4j.parent / "spark.log").read_text())
     return r
 
 
@@ -155,7 +157,7 @@ def main() -> None:
     if a.breakdown:
         with tempfile.TemporaryDirectory(prefix="dpspark-bench-demo-") as tmp:
             log4j = Path(tmp) / "log4j2.properties"
-            log4j.write_text(LOG4J)
+            log4j.write_text(LOG4J.format(path=Path(tmp) / "spark.log"))
             print("== breakdown of perturb-and-write, one logged run each (s)")
             # The smoke's baseline is this tree: one logged run covers the code.
             for name, tree in list(trees.items())[-1:] if a.smoke else trees.items():
