@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from dpspark.progress import Progress, watching
@@ -68,7 +69,10 @@ def run_items(
                     names=["item", "payload"],
                 )
 
-    df = spark.range(n, numPartitions=n).mapInArrow(run, _SCHEMA)
+    return _collected(spark, spark.range(n, numPartitions=n).mapInArrow(run, _SCHEMA), n, progress)
+
+
+def _collected(spark: SparkSession, df: DataFrame, n: int, progress: Progress | None) -> list[tuple[int, bytes]]:
     if progress is None or is_connect(spark):
         rows = df.collect()
     else:
@@ -77,6 +81,72 @@ def run_items(
     if progress is not None:
         progress.report(progress.total, 1.0)
     return sorted(((r["item"], bytes(r["payload"])) for r in rows), key=lambda r: r[0])
+
+
+class Kept:
+    """A payload per item kept on the executors between passes (a persisted DataFrame of (item,
+    payload), an item per partition): an engine's state that is drawn once and read, or grown, by
+    later passes (``dpspark.engine.fitted_attack``), so that it never travels to the driver.
+
+    ``keep`` draws it; ``update`` replaces every payload by ``work(item, payload)``; ``collect``
+    returns what ``work(item, payload)`` makes of each (a list of payloads, possibly empty);
+    ``release`` frees it. Spark recomputes a lost partition from the lineage: the works must be
+    deterministic (the engines' draws are keyed by item)."""
+
+    def __init__(self, spark: SparkSession, df: DataFrame, n: int) -> None:
+        self.spark, self.df, self.n = spark, df, n
+
+    @classmethod
+    def keep(
+        cls, spark: SparkSession, items: Sequence[Any], work: Callable[[int], bytes], progress: Progress | None = None
+    ) -> Kept:
+        n = len(items)
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for b in batches:
+                for i in b.column(0).to_pylist():
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([i], pa.int64()), pa.array([work(i)], pa.binary())], names=["item", "payload"]
+                    )
+
+        return cls(spark, spark.range(n, numPartitions=max(1, n)).mapInArrow(run, _SCHEMA), n)._persisted(progress)
+
+    def _persisted(self, progress: Progress | None) -> Kept:
+        self.df = self.df.persist(StorageLevel.MEMORY_AND_DISK)
+        if progress is None or is_connect(self.spark):
+            self.df.count()
+        else:
+            with watching(progress, _task_poll(self.spark, self.n)):
+                self.df.count()
+        if progress is not None:
+            progress.report(progress.total, 1.0)
+        return self
+
+    def _mapped(self, work: Callable[[int, bytes], list[bytes]]) -> DataFrame:
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for b in batches:
+                for i, payload in zip(b.column(0).to_pylist(), b.column(1).to_pylist()):
+                    out = work(i, payload)
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([i] * len(out), pa.int64()), pa.array(out, pa.binary())], names=["item", "payload"]
+                    )
+
+        return self.df.mapInArrow(run, _SCHEMA)
+
+    def update(self, work: Callable[[int, bytes], bytes], progress: Progress | None = None) -> Kept:
+        """A new ``Kept`` of ``work(item, payload)``; this one is released once the new one is computed."""
+        new = Kept(self.spark, self._mapped(lambda i, payload: [work(i, payload)]), self.n)._persisted(progress)
+        self.release()
+        return new
+
+    def collect(
+        self, work: Callable[[int, bytes], list[bytes]], progress: Progress | None = None
+    ) -> list[tuple[int, bytes]]:
+        """(item, payload) of every payload ``work(item, kept payload)`` returns, in item order."""
+        return _collected(self.spark, self._mapped(work), self.n, progress)
+
+    def release(self) -> None:
+        self.df.unpersist()
 
 
 def _task_poll(spark: SparkSession, n: int) -> Callable[[], tuple[int, float]]:

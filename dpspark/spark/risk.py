@@ -7,14 +7,15 @@ On Spark, with DataFrames only (so it runs on Spark Connect too):
 2. every corpus word is perturbed K times with the privacy statistics' own work items
    (``dpspark.stats.plan`` / ``engine.nw_sw.create``: the perturb mechanism, the same bundle),
    cut into two blocks of K/2 independent runs: the fitting half and the scoring half;
-3. the attacks (``attack``): for every (setting, u) the five w with the largest
-   prior(w)·count(w → u) in the fitting half (a window over the counts), and the model
-   attacker's guesses (``model_attacker``: β fitted on the driver from the fitted counts of at
-   most ``risk.MODEL_WORDS`` words), scored against the scoring half; the hits are counted per
-   (setting, word) on Spark, and the driver turns that small table into shares and intervals
-   (``risk.shares``). Settings with exact likelihoods take the exact attacker instead.
-   Settings without: the fitting runs are doubled until the figures move by less than
-   ``--precision`` (``risk_rows``);
+3. the attacks: settings with exact likelihoods take the exact attacker (``exact_attack``); every
+   setting is also attacked on its runs (``FittedRuns``, the engine ``dpspark.engine.fitted_attack``): a
+   task per (setting, span of corpus words) draws its words' fitting and scoring runs once and keeps
+   their pair counts on the executors; pass 1 gives every output's five w with the largest
+   prior(w)·count(w → u) in the fitting half, the model attacker's β is fitted on the driver from the
+   counts of at most ``risk.MODEL_WORDS`` words and its guesses folded on the executors, and pass 2
+   counts each word's hits on the scoring half; the driver turns that small table into shares and
+   intervals (``risk.shares``). Settings without exact likelihoods: the fitting runs are doubled
+   (drawn into the kept counts) until the figures move by less than ``--precision`` (``risk_rows``);
 4. with ``--sensitive-words``, the per-document exposure (``doc_exposures``): on the executors,
    each row holding a sensitive word, exactly or perturbed ``--doc-runs`` times;
 5. per setting the shares with 95% intervals, a table, a plot and a manifest, committed
@@ -39,8 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -49,12 +49,13 @@ from dpspark import report, risk
 from dpspark.config import RiskConfig
 from dpspark.embeddings import embeddings_of
 from dpspark.engine import exact_attack as ea
+from dpspark.engine import fitted_attack as fa
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.mechanisms import grid_facts
 from dpspark.prepare import local_writes, prepare_grid
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator, derive_key, new_job_key
-from dpspark.spark import backend, io, resources, stats
+from dpspark.spark import backend, io, resources
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session
 from dpspark.spark.stats import mechanism_fields
@@ -90,87 +91,6 @@ def shuffle_settings(spark: SparkSession) -> dict[str, str]:
     return {"spark.sql.shuffle.partitions": str(max(4, 2 * backend.cores(spark)))}
 
 
-def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> DataFrame:
-    """(half, setting, w, u, count): the privacy statistics' own word → output counts, per block of runs."""
-    counts = stats.pair_counts(spark, items, job_key, bundle, by_block=True, slices=4 * backend.cores(spark))
-    return counts.withColumnRenamed("block", "half")
-
-
-def attack(
-    counts: DataFrame, prior: DataFrame, top: int = risk.TOP, model: Guesses | None = None
-) -> dict[int, dict[str, Any]]:
-    """``dpspark.risk.reidentification`` with DataFrames: fitted on ``risk.FIT_HALF``, scored on ``risk.SCORE_HALF``.
-
-    The hits are counted per (setting, word) on Spark (the runs of every corpus word in which each
-    attacker reads it back); the driver turns the per-word table into shares and intervals with
-    ``risk.shares``, as the reference does.
-
-    Args:
-        counts: (half, setting, word, output, count).
-        prior: (word, f: its token count, sensitive: boolean).
-        model: the model attacker's shipped guesses and the settings they are of (``model_attacker``).
-
-    Nothing of a size that grows with the vocabulary is broadcast: the model attacker's guesses are
-    files the executors read (``model_ranks``), and the prior joins as Spark's own size threshold decides.
-    """
-    keys = ["setting"]
-    fit = counts.filter(F.col("half") == risk.FIT_HALF).drop("half")
-    score = counts.filter(F.col("half") == risk.SCORE_HALF).drop("half")
-    by_output = Window.partitionBy(*keys, "output").orderBy(F.desc("weight"), F.asc("word"))
-    guesses = (
-        fit.join(prior, "word")
-        .withColumn("weight", F.col("f") * F.col("count"))
-        .withColumn("rank", F.row_number().over(by_output))
-        .filter(F.col("rank") <= top)
-        .select(*[F.col(k).alias(f"g_{k}") for k in [*keys, "output", "word"]], "rank")
-    )
-    seen = fit.select(*keys, "output").distinct().withColumn("seen", F.lit(True))
-    scored = score if model is None else model_ranks(score, model)
-    # The rank of the true word among the guesses for its output (null: not among them).
-    match = [scored[k] == guesses[f"g_{k}"] for k in [*keys, "output", "word"]]
-    scored = scored.join(guesses, match, "left").join(seen, [*keys, "output"], "left")
-    # An output never seen in the fitted half: the attacker guesses the output itself.
-    rank = F.when(F.col("seen").isNull(), F.when(F.col("output") == F.col("word"), F.lit(1))).otherwise(F.col("rank"))
-    hits = {"unchanged": F.col("output") == F.col("word"), "bayes_top1": rank == 1, "bayes_top5": rank <= top}
-    if model is not None:
-        hits.update({"model_top1": F.col("m_rank") == 1, "model_top5": F.col("m_rank") <= top})
-    sums = [F.sum("count").alias("n")]
-    sums += [F.sum(F.when(h, F.col("count")).otherwise(0)).alias(name) for name, h in hits.items()]
-    per_word = scored.groupBy(*keys, "word").agg(*sums).orderBy(*keys, "word").collect()
-    model_settings = set() if model is None else model.settings
-    tables: dict[int, dict[str, list]] = {}
-    for r in per_word:
-        t = tables.setdefault(r["setting"], {})
-        for name in ["word", "n", "unchanged", "bayes_top1", "bayes_top5"]:
-            t.setdefault(name, []).append(r[name])
-        if model is not None:
-            for name in ("model_top1", "model_top5"):
-                t.setdefault(name, []).append(r[name] if r["setting"] in model_settings else math.nan)
-    prior_rows = prior.collect()
-    f = {r["word"]: r["f"] for r in prior_rows}
-    sensitive = {r["word"] for r in prior_rows if r["sensitive"]}
-    nw = (
-        counts.groupBy(*keys, "word")
-        .agg(F.sum(F.when(F.col("output") == F.col("word"), F.col("count")).otherwise(0)).alias("nw"))
-        .groupBy(*keys)
-        .agg(F.mean("nw").alias("nw_mean"))
-        .collect()
-    )
-    nw_by = {r["setting"]: r["nw_mean"] for r in nw}
-    return {
-        s: {**risk.shares({k: np.asarray(v) for k, v in t.items()}, f, sensitive), "nw_mean": nw_by[s]}
-        for s, t in tables.items()
-    }
-
-
-class Guesses(NamedTuple):
-    """The model attacker's guesses, shipped as files (``ship_arrays``: per setting s its outputs
-    ``outputs-s`` and their guesses ``guesses-s``, ``risk.guess_columns``), and the settings they cover."""
-
-    name: str
-    settings: set[int]
-
-
 def ship_arrays(spark: SparkSession, arrays: dict[str, np.ndarray]) -> str:
     """Send numpy arrays to every executor as files (``key.npy``), returned by name for ``shipped_array``:
     a table of V columns per setting, which as a broadcast (or in a task's closure) would be held whole in
@@ -189,59 +109,6 @@ def shipped_array(name: str, key: str) -> np.ndarray:
     from pyspark import SparkFiles
 
     return np.load(Path(SparkFiles.get(name)) / f"{key}.npy")
-
-
-def model_ranks(score: DataFrame, model: Guesses) -> DataFrame:
-    """``score`` (setting, word, output, count, ...) with ``m_rank``: the rank of the word among the model
-    attacker's guesses for the output (null: not among them, or a setting without the model attacker),
-    looked up on the executors in the shipped tables, each task reading the settings it meets once."""
-
-    def ranks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for b in batches:
-            setting, word, output = (b.column(c).to_numpy(zero_copy_only=False) for c in ("setting", "word", "output"))
-            rank = np.zeros(b.num_rows, dtype=np.int32)
-            for s in sorted(set(np.unique(setting).tolist()) & model.settings):
-                if s not in tables:
-                    tables[s] = (shipped_array(model.name, f"outputs-{s}"), shipped_array(model.name, f"guesses-{s}"))
-                rows = setting == s
-                rank[rows] = risk.guess_ranks(*tables[s], output[rows], word[rows])
-            m_rank = pa.array(rank, pa.int32(), mask=rank == 0)  # from_arrays: pyarrow < 15 has no append_column
-            yield pa.RecordBatch.from_arrays([*b.columns, m_rank], names=[*b.schema.names, "m_rank"])
-
-    return score.mapInArrow(ranks, T.StructType([*score.schema.fields, T.StructField("m_rank", T.IntegerType())]))
-
-
-def model_attacker(
-    counts: DataFrame, settings: set[int], mechanisms: list, prior: dict[int, float], spark: SparkSession, bundle: str
-) -> tuple[Guesses | None, dict[int, float]]:
-    """The model attacker of ``settings`` as guesses shipped to the executors (``Guesses``: the best
-    ``top`` words of every output, per setting) with the settings it covers, and each setting's β. β is
-    fitted on the driver (``risk.fit_beta`` on the fitted runs of ``risk.model_words``, collected: counts
-    of public-noise draws, no text); the guesses are folded on the executors, one task per (setting, span
-    of corpus words), as the exact attacker's (``guesses_on_executors``), and shipped back as files, as
-    the exact attacker's pass 2 reads its own."""
-    if not settings:
-        return None, {}
-    words = [int(w) for w in risk.model_words(np.array(sorted(prior), dtype=np.int64))]
-    fit = (
-        counts.filter((F.col("half") == risk.FIT_HALF) & F.col("setting").isin(sorted(settings)))
-        .filter(F.col("word").isin(words))
-        .collect()
-    )
-    betas: dict[int, float] = {}
-    for s in sorted(settings):
-        pairs = {(r["word"], r["output"]): r["count"] for r in fit if r["setting"] == s}
-        betas[s] = risk.fit_beta(mechanisms[s].space, pairs)
-    corpus = ea.Corpus.of(prior)
-    items = attack_items(spark, sorted(settings), mechanisms, corpus)
-    best = guesses_on_executors(
-        spark, items, lambda mech, s: ea.model_scores(mech.space, betas[s], corpus), bundle, corpus, "model attacker"
-    )
-    arrays = {}
-    for s in sorted(settings):
-        arrays[f"outputs-{s}"], arrays[f"guesses-{s}"] = risk.guess_columns(mechanisms[s].space, best[s].word)
-    return Guesses(ship_arrays(spark, arrays), set(settings)), betas  # top × V guesses per setting, as files
 
 
 def doc_exposures(
@@ -466,6 +333,149 @@ def _point(fit_runs: int, result: dict) -> dict:
     return {"fit_runs": fit_runs, "top1": result["top1"], "top5": result["top5"]}
 
 
+class FittedRuns:
+    """The fitted attacker's runs on the executors (``dpspark.engine.fitted_attack``): a task per (setting,
+    span of corpus words), whose pair counts, fitting and scoring runs, are drawn once and kept there
+    (``backend.Kept``) while the passes read them and the doublings add to them. The driver receives the
+    per-output guesses (top × V per setting), the model words' counts and the per-word hits: counts of
+    public-noise draws, no text."""
+
+    def __init__(
+        self, spark: SparkSession, items: list, job_key: bytes, bundle: str, mechs: list, corpus: ea.Corpus
+    ) -> None:
+        self.spark, self.job_key, self.bundle, self.mechs, self.corpus = spark, job_key, bundle, mechs, corpus
+        settings = sorted({it.setting for it in items})
+        parts = min(16, -(-2 * backend.cores(spark) // max(1, len(settings))))
+        self.tasks = fa.tasks(items, corpus.words, parts)
+        self.kept: backend.Kept | None = None
+        self.model_s = 0.0  # seconds of the model attacker's β and guesses: the fitted settings' own
+        fit = [self._encoded(fa.items_of(t, items, corpus.words, risk.FIT_HALF)) for t in self.tasks]
+        score = [self._encoded(fa.items_of(t, items, corpus.words, risk.SCORE_HALF)) for t in self.tasks]
+        words, key = corpus.words, job_key
+
+        def draw(i: int) -> bytes:
+            mechanisms = resources.resources(bundle).mechanisms()
+            state = fa.create(_decoded(fit[i], words), _decoded(score[i], words), key, mechanisms)
+            return backend.pack(*state.arrays())
+
+        self.kept = backend.Kept.keep(spark, self.tasks, draw, self._progress("fitting and scoring runs"))
+
+    def _progress(self, step: str) -> Progress:
+        return Progress(f"privacy-risk: {step}", len(self.tasks), "tasks")
+
+    def _encoded(self, items: list) -> np.ndarray:
+        """Items as (item, setting, first word's position, words, runs, block) rows: the task's closure
+        carries these numbers, not the words."""
+        pos = np.searchsorted(self.corpus.words, [it.rows[0] for it in items]).astype(np.int64)
+        rows = [(it.item, it.setting, p, len(it.rows), it.runs, it.block) for it, p in zip(items, pos)]
+        return np.array(rows, dtype=np.int64).reshape(-1, 6)
+
+    def add(self, extra: list, settings: set[int]) -> None:
+        """Draw the fitting items ``extra`` of ``settings`` into the kept counts."""
+        words, key, bundle = self.corpus.words, self.job_key, self.bundle
+        more = {
+            i: self._encoded(fa.items_of(t, extra, words, risk.FIT_HALF))
+            for i, t in enumerate(self.tasks)
+            if t.setting in settings
+        }
+
+        def grow(i: int, payload: bytes) -> bytes:
+            if i not in more:
+                return payload
+            state = fa.State.of(backend.unpack(payload))
+            mechanisms = resources.resources(bundle).mechanisms()
+            return backend.pack(*fa.add(state, _decoded(more[i], words), key, mechanisms).arrays())
+
+        assert self.kept is not None
+        self.kept = self.kept.update(grow, self._progress("more fitting runs"))
+
+    def attack(self, settings: set[int], model_settings: set[int], prior: dict[int, float]) -> tuple[dict, dict]:
+        """(per setting of ``settings``: its shares and intervals with ``nw_mean``, per setting of
+        ``model_settings``: the model attacker's β) from the kept counts as they stand."""
+        assert self.kept is not None
+        corpus, bundle, tasks = self.corpus, self.bundle, self.tasks
+        model_words = risk.model_words(corpus.words)
+
+        def pass1(i: int, payload: bytes) -> list[bytes]:
+            t = tasks[i]
+            if t.setting not in settings:
+                return []
+            state = fa.State.of(backend.unpack(payload))
+            g = fa.guesses(state, resources.resources(bundle).mechanisms()[t.setting].space, corpus)
+            pairs = fa.model_pairs(state, model_words) if t.setting in model_settings else {}
+            keys = np.array(list(pairs), dtype=np.int64).reshape(-1, 2)
+            return [backend.pack(g.score, g.word, keys, np.array(list(pairs.values()), dtype=np.int64))]
+
+        best: dict[int, ea.Guesses] = {}
+        fit: dict[int, dict[tuple[int, int], int]] = {s: {} for s in model_settings}
+        for i, payload in self.kept.collect(pass1, self._progress("fitted attacker, pass 1 of 2")):
+            score, word, keys, counts = backend.unpack(payload)
+            s = tasks[i].setting
+            g = ea.Guesses(score, word)
+            best[s] = g if s not in best else ea.merge_guesses(best[s], g)
+            if s in model_settings:
+                fit[s].update({(int(w), int(u)): int(c) for (w, u), c in zip(keys, counts)})
+        t0 = time.perf_counter()
+        betas = {s: risk.fit_beta(self.mechs[s].space, fit[s]) for s in sorted(model_settings)}
+        arrays = {f"bayes-{s}": g.word for s, g in best.items()}
+        arrays.update({f"seen-{s}": g.score[0] > 0 for s, g in best.items()})
+        if model_settings:
+            items = attack_items(self.spark, sorted(model_settings), self.mechs, corpus)
+            model = guesses_on_executors(
+                self.spark,
+                items,
+                lambda mech, s: ea.model_scores(mech.space, betas[s], corpus),
+                bundle,
+                corpus,
+                "model attacker",
+            )
+            arrays.update({f"model-{s}": g.word for s, g in model.items()})
+        self.model_s += time.perf_counter() - t0
+        shipped = ship_arrays(self.spark, arrays)
+
+        def pass2(i: int, payload: bytes) -> list[bytes]:
+            t = tasks[i]
+            if t.setting not in settings:
+                return []
+            s = t.setting
+            state = fa.State.of(backend.unpack(payload))
+            space = resources.resources(bundle).mechanisms()[s].space
+            bayes = ea.Guesses(shipped_array(shipped, f"seen-{s}")[None, :], shipped_array(shipped, f"bayes-{s}"))
+            model = shipped_array(shipped, f"model-{s}") if s in model_settings else None
+            table = fa.hits(state, space, bayes, model)
+            words, nw = fa.nw(state)
+            return [backend.pack(words, nw, *(table[k] for k in ("word", *fa.HIT_COLUMNS)))]
+
+        parts: dict[int, list[dict[str, np.ndarray]]] = {s: [] for s in settings}
+        nw: dict[int, list[np.ndarray]] = {s: [] for s in settings}
+        for i, payload in self.kept.collect(pass2, self._progress("fitted attacker, pass 2 of 2")):
+            words, counts, *table = backend.unpack(payload)
+            s = tasks[i].setting
+            parts[s].append(dict(zip(("word", *fa.HIT_COLUMNS), table)))
+            nw[s].append(counts)
+        sensitive = {int(w) for w in corpus.words[corpus.sensitive]}
+        out = {}
+        for s in sorted(settings):
+            table = fa.finish_hits(parts[s])
+            if not model_settings:  # no setting of this step has a model attacker: no such columns
+                table = {k: v for k, v in table.items() if not k.startswith("model_")}
+            nw_mean = float(np.concatenate(nw[s]).mean()) if nw[s] else math.nan
+            out[s] = {**risk.shares(table, prior, sensitive), "nw_mean": nw_mean}
+        return out, betas
+
+    def release(self) -> None:
+        if self.kept is not None:
+            self.kept.release()
+            self.kept = None
+
+
+def _decoded(rows: np.ndarray, words: np.ndarray) -> list[WorkItem]:
+    """``FittedRuns._encoded``'s rows as the items they stand for."""
+    return [
+        WorkItem(int(i), int(s), tuple(int(w) for w in words[p : p + n]), int(r), int(b)) for i, s, p, n, r, b in rows
+    ]
+
+
 @dataclass
 class _Fitted:
     """The runs' attack of every setting (``result``: shares and intervals, ``nw``: Nw out of the first K
@@ -496,78 +506,42 @@ class _Fitted:
         """Draw ``items`` (the fitting runs added to it), fit and score every setting."""
         n, half = len(mechs), config.runs // 2
         fitted = {i for i, e in exact.items() if e is None}
-        prior_df = spark.createDataFrame(
-            [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
-        )
         out = cls({}, {}, dict.fromkeys(range(n), half), {i: [] for i in range(n)}, dict.fromkeys(range(n)), {})
-        with io.SqlConf(spark, shuffle_settings(spark)):
-            counts = pair_counts(spark, items, job_key, bundle).persist(StorageLevel.MEMORY_AND_DISK)  # no raw text
-            try:
-                t0 = time.perf_counter()
-                model, out.betas = model_attacker(counts, fitted, mechs, prior, spark, bundle)
-                out.fitted_s += time.perf_counter() - t0
-                out.result = attack(counts, prior_df, model=model)
-                out.nw = {i: r["nw_mean"] for i, r in out.result.items()}  # Nw of the first K runs, as privacy-stats
-                for i in fitted:
-                    out.curve[i].append(
-                        {"fit_runs": half, "top1": out.result[i]["top1"], "top5": out.result[i]["top5"]}
-                    )
-                t0 = time.perf_counter()
-                counts = out._double(spark, config, counts, items, job_key, bundle, mechs, prior, prior_df, fitted)
-                out.fitted_s += time.perf_counter() - t0
-            finally:
-                counts.unpersist()
+        runs = FittedRuns(spark, items, job_key, bundle, mechs, ea.Corpus.of(prior, sensitive))
+        try:
+            out.result, out.betas = runs.attack(set(range(n)), fitted, prior)
+            out.fitted_s += runs.model_s
+            out.nw = {i: r["nw_mean"] for i, r in out.result.items()}  # Nw of the first K runs, as privacy-stats
+            for i in fitted:
+                out.curve[i].append(_point(half, out.result[i]))
+            t0 = time.perf_counter()
+            out._double(config, runs, items, prior, fitted)
+            out.fitted_s += time.perf_counter() - t0
+        finally:
+            runs.release()
         return out
 
     def _double(
-        self,
-        spark: SparkSession,
-        config: RiskConfig,
-        counts: DataFrame,
-        items: list,
-        job_key: bytes,
-        bundle: str,
-        mechs: list,
-        prior: dict[int, float],
-        prior_df: DataFrame,
-        fitted: set[int],
-    ) -> DataFrame:
-        """Double the fitting runs of the unconverged settings (new draws added to ``counts`` and
-        ``items``) until top-1 and top-5 move by less than ``config.precision`` or the cap is reached;
-        returns the grown counts."""
+        self, config: RiskConfig, runs: FittedRuns, items: list, prior: dict[int, float], fitted: set[int]
+    ) -> None:
+        """Double the fitting runs of the unconverged settings (new draws added to the kept counts and to
+        ``items``) until top-1 and top-5 move by less than ``config.precision`` or the cap is reached."""
         pending, cap = set(fitted), fit_cap(config)
-        try:
-            while pending and 2 * max(self.fit_runs[i] for i in pending) <= cap:
-                extra = risk.more_fit_items(items, pending, max(self.fit_runs[i] for i in pending))
-                items += extra
-                more = pair_counts(spark, extra, job_key, bundle).withColumn("half", F.lit(risk.FIT_HALF).cast("long"))
-                grown = (
-                    counts.unionByName(more)
-                    .groupBy("half", "setting", "word", "output")
-                    .agg(F.sum("count").alias("count"))
-                    .persist(StorageLevel.MEMORY_AND_DISK)
-                )
-                counts.unpersist()
-                counts = grown
-                now = counts.filter(F.col("setting").isin(sorted(pending)))
-                model, more_betas = model_attacker(now, pending, mechs, prior, spark, bundle)
-                self.betas.update(more_betas)
-                step = attack(now, prior_df, model=model)
-                for i in sorted(pending):
-                    self.fit_runs[i] *= 2
-                    self.curve[i].append(
-                        {"fit_runs": self.fit_runs[i], "top1": step[i]["top1"], "top5": step[i]["top5"]}
-                    )
-                    if not risk.moved(self.result[i], step[i], config.precision):
-                        self.converged[i] = True
-                        pending.discard(i)
-                    self.result[i] = step[i]
-        except BaseException:
-            counts.unpersist()
-            raise
+        while pending and 2 * max(self.fit_runs[i] for i in pending) <= cap:
+            extra = risk.more_fit_items(items, pending, max(self.fit_runs[i] for i in pending))
+            items += extra
+            runs.add(extra, pending)
+            step, betas = runs.attack(set(pending), set(pending), prior)
+            self.betas.update(betas)
+            for i in sorted(pending):
+                self.fit_runs[i] *= 2
+                self.curve[i].append(_point(self.fit_runs[i], step[i]))
+                if not risk.moved(self.result[i], step[i], config.precision):
+                    self.converged[i] = True
+                    pending.discard(i)
+                self.result[i] = {**step[i], "nw_mean": self.nw[i]}
         for i in pending:
             self.converged[i] = False
-        return counts
 
 
 def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: DataFrame | None = None) -> dict:

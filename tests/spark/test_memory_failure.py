@@ -32,7 +32,7 @@ def attack(*args, **kwargs):
         spark.range(1).selectExpr(f"length(concat({{s}}, {{s}}, {{s}}))").collect()
     raise AssertionError("it fit in the heap")
 
-risk.attack = attack
+risk.FittedRuns.attack = attack
 sys.exit(main({argv!r}))
 """
 

@@ -161,9 +161,11 @@ def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identi
 def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path, monkeypatch):
     from dpspark.bundle import save_bundle
     from dpspark.embeddings import select_vocabulary
-    from dpspark.mechanisms import parse
+    from dpspark.engine import exact_attack as ea
+    from dpspark.engine import nw_sw
+    from dpspark.mechanisms import Space, parse
     from dpspark.spark import resources
-    from dpspark.spark.risk import attack, pair_counts
+    from dpspark.spark.risk import FittedRuns
     from dpspark.stats import plan
 
     emb = load_default()
@@ -175,19 +177,16 @@ def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path
     bundle = {"settings": [s.parameters() for s in specs], "nn": "exact", "nn_params": {}}
     ship = resources.ship(spark, lambda d: save_bundle(d, emb, bundle, vocab))
     items = plan(specs, np.array(sorted(prior)), 20, 5, 10)
-    counts = pair_counts(spark, items, b"k" * 16, ship.name).cache()
-    rows = counts.collect()
-    fit = {(r.setting, r.word, r.output): r["count"] for r in rows if r.half == risk.FIT_HALF}
-    score = {(r.setting, r.word, r.output): r["count"] for r in rows if r.half == risk.SCORE_HALF}
-    prior_df = spark.createDataFrame(
-        [(w, f, w in sensitive) for w, f in prior.items()], "word long, f double, sensitive boolean"
-    )
-    on_spark = attack(counts, prior_df)
+    mechs = [s.build(Space(emb.vectors, vocab)) for s in specs]
+    fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], b"k" * 16, mechs)
+    score = nw_sw.counts([it for it in items if it.block == risk.SCORE_HALF], b"k" * 16, mechs)
+    runs = FittedRuns(spark, items, b"k" * 16, ship.name, mechs, ea.Corpus.of(prior, sensitive))
+    on_spark, _ = runs.attack({0, 1}, set(), prior)
+    runs.release()
     reference = risk.reidentification(fit, score, prior, sensitive)
     assert on_spark.keys() == reference.keys()
     for key in reference:
         assert on_spark[key] == pytest.approx(reference[key]), key
-    counts.unpersist()
 
     # The job scores on the held-out half; an injected leak (scoring on the fitted half) shows.
     settings = {"epsilons": "3", "lambdas": "1", "runs": 4, "seed": 7}
