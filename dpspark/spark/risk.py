@@ -416,20 +416,10 @@ class FittedRuns:
             if s in model_settings:
                 fit[s].update({(int(w), int(u)): int(c) for (w, u), c in zip(keys, counts)})
         t0 = time.perf_counter()
-        betas = {s: risk.fit_beta(self.mechs[s].space, fit[s]) for s in sorted(model_settings)}
+        model, betas = self.model_attacker(fit)
         arrays = {f"bayes-{s}": g.word for s, g in best.items()}
         arrays.update({f"seen-{s}": g.score[0] > 0 for s, g in best.items()})
-        if model_settings:
-            items = attack_items(self.spark, sorted(model_settings), self.mechs, corpus)
-            model = guesses_on_executors(
-                self.spark,
-                items,
-                lambda mech, s: ea.model_scores(mech.space, betas[s], corpus),
-                bundle,
-                corpus,
-                "model attacker",
-            )
-            arrays.update({f"model-{s}": g.word for s, g in model.items()})
+        arrays.update({f"model-{s}": g.word for s, g in model.items()})
         self.model_s += time.perf_counter() - t0
         shipped = ship_arrays(self.spark, arrays)
 
@@ -462,6 +452,39 @@ class FittedRuns:
             nw_mean = float(np.concatenate(nw[s]).mean()) if nw[s] else math.nan
             out[s] = {**risk.shares(table, prior, sensitive), "nw_mean": nw_mean}
         return out, betas
+
+    def model_attacker(self, fit: dict[int, dict[tuple[int, int], int]]) -> tuple[dict[int, ea.Guesses], dict]:
+        """The model attacker of every setting of ``fit`` (its model words' fitting counts): per setting its
+        merged guesses and its β. β is fitted where the guesses are folded, on the executors (each task of
+        a setting fits the same β from the same counts, shipped as files), never on the driver."""
+        if not fit:
+            return {}, {}
+        corpus, bundle = self.corpus, self.bundle
+        shipped = ship_arrays(
+            self.spark,
+            {
+                f"pairs-{s}": np.array([(w, u, c) for (w, u), c in sorted(f.items())], dtype=np.int64).reshape(-1, 3)
+                for s, f in fit.items()
+            },
+        )
+        items = attack_items(self.spark, sorted(fit), self.mechs, corpus)
+
+        def guesses(item: tuple[int, tuple[int, int]]) -> list[bytes]:
+            s, span = item
+            space = resources.resources(bundle).mechanisms()[s].space
+            beta = risk.fit_beta(space, {(int(w), int(u)): int(c) for w, u, c in shipped_array(shipped, f"pairs-{s}")})
+            g = ea.create_guesses(ea.model_scores(space, beta, corpus), space, corpus, span)
+            return [backend.pack(g.score, g.word, np.array([beta]))]
+
+        best: dict[int, ea.Guesses] = {}
+        betas: dict[int, float] = {}
+        progress = Progress("privacy-risk: model attacker (β and guesses)", len(items), "tasks")
+        for i, payload in backend.run_items(self.spark, items, guesses, progress):
+            score, word, beta = backend.unpack(payload)
+            s = items[i][0]
+            betas[s] = float(beta[0])
+            best[s] = ea.Guesses(score, word) if s not in best else ea.merge_guesses(best[s], ea.Guesses(score, word))
+        return best, betas
 
     def release(self) -> None:
         if self.kept is not None:
