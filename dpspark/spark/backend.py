@@ -72,14 +72,21 @@ def run_items(
     return _collected(spark, spark.range(n, numPartitions=n).mapInArrow(run, _SCHEMA), n, progress)
 
 
-def _collected(spark: SparkSession, df: DataFrame, n: int, progress: Progress | None) -> list[tuple[int, bytes]]:
+def _watched(spark: SparkSession, n: int, progress: Progress | None, action: Callable[[], Any]) -> Any:
+    """``action()``, a job of ``n`` tasks, with its finished tasks reported (classic Spark; Connect
+    reports when it ends)."""
     if progress is None or is_connect(spark):
-        rows = df.collect()
+        result = action()
     else:
         with watching(progress, _task_poll(spark, n)):
-            rows = df.collect()
+            result = action()
     if progress is not None:
         progress.report(progress.total, 1.0)
+    return result
+
+
+def _collected(spark: SparkSession, df: DataFrame, n: int, progress: Progress | None) -> list[tuple[int, bytes]]:
+    rows = _watched(spark, n, progress, df.collect)
     return sorted(((r["item"], bytes(r["payload"])) for r in rows), key=lambda r: r[0])
 
 
@@ -113,13 +120,7 @@ class Kept:
 
     def _persisted(self, progress: Progress | None) -> Kept:
         self.df = self.df.persist(StorageLevel.MEMORY_AND_DISK)
-        if progress is None or is_connect(self.spark):
-            self.df.count()
-        else:
-            with watching(progress, _task_poll(self.spark, self.n)):
-                self.df.count()
-        if progress is not None:
-            progress.report(progress.total, 1.0)
+        _watched(self.spark, self.n, progress, self.df.count)
         return self
 
     def _mapped(self, work: Callable[[int, bytes], list[bytes]]) -> DataFrame:
