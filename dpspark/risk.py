@@ -365,25 +365,6 @@ def model_table(space: Any, setting: int, words: np.ndarray) -> dict:
     return {(setting, int(u)): [int(w) for w in words[:, p]] for p, u in enumerate(space.vocab_rows)}
 
 
-def guess_columns(space: Any, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``model_table``'s guesses by output: the outputs ascending (V) and their guesses (k × V, best
-    first), the form ``guess_ranks`` looks outputs up in."""
-    order = np.argsort(space.vocab_rows, kind="stable")
-    return space.vocab_rows[order], np.ascontiguousarray(words[:, order])
-
-
-def guess_ranks(outputs: np.ndarray, guessed: np.ndarray, output: np.ndarray, word: np.ndarray) -> np.ndarray:
-    """The rank (1 = best) of each ``word`` among the guesses for its ``output`` (``guess_columns``), 0 where
-    it is not among them or the output has none: what a join of runs with ``model_table``'s rows finds,
-    computed on the rows themselves."""
-    if len(outputs) == 0:
-        return np.zeros(len(output), dtype=np.int32)
-    col = np.minimum(np.searchsorted(outputs, output), len(outputs) - 1)
-    match = guessed[:, col] == word[None, :]  # k × rows: a word is among an output's guesses once at most
-    ranks = np.where(match.any(axis=0), match.argmax(axis=0) + 1, 0)
-    return np.where(outputs[col] == output, ranks, 0).astype(np.int32)
-
-
 def cost_shares(n: int, closed: set[int], exact_s: float, fitted_s: float, shared_s: float) -> list[float]:
     """Each of ``n`` settings' share of the seconds of one ``risk_rows``: the exact attacker's split over the
     settings with a closed form (``closed``), the model attacker's and the doubled fitting runs' over the

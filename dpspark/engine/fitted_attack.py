@@ -53,9 +53,8 @@ def tasks(items: Sequence[Any], words: np.ndarray, parts: int) -> list[Task]:
     out = []
     for s in sorted({it.setting for it in items}):
         starts = sorted({int(np.searchsorted(words, it.rows[0])) for it in items if it.setting == s})
-        cuts = [
-            starts[round(i * len(starts) / max(1, min(parts, len(starts))))] for i in range(min(parts, len(starts)))
-        ]
+        k = min(parts, len(starts))
+        cuts = [starts[round(i * len(starts) / k)] for i in range(k)]
         out += [Task(s, a, b) for a, b in zip(cuts, [*cuts[1:], len(words)])]
     return out
 
@@ -117,6 +116,11 @@ def _prior(corpus: ea.Corpus, w: np.ndarray) -> np.ndarray:
     return corpus.f[np.searchsorted(corpus.words, w)]
 
 
+def empty_guesses(space: Any, top: int = TOP) -> ea.Guesses:
+    """No guess for any output: score 0, word -1."""
+    return ea.Guesses(np.zeros((top, space.size)), np.full((top, space.size), -1, dtype=np.int64))
+
+
 def guesses(state: State, space: Any, corpus: ea.Corpus, top: int = TOP) -> ea.Guesses:
     """Pass 1: the task's best ``top`` (prior(w)·count(w → u), w) of every output u of the space (top × V;
     score 0 and word -1 where the fitting runs hold fewer words for u)."""
@@ -128,14 +132,10 @@ def guesses(state: State, space: Any, corpus: ea.Corpus, top: int = TOP) -> ea.G
     first = np.searchsorted(col, col, side="left")
     rank = np.arange(len(col)) - first
     keep = rank < top
-    out = ea.Guesses(np.zeros((top, space.size)), np.full((top, space.size), -1, dtype=np.int64))
+    out = empty_guesses(space, top)
     out.score[rank[keep], col[keep]] = score[keep]
     out.word[rank[keep], col[keep]] = w[keep]
     return out
-
-
-def empty_guesses(space: Any, top: int = TOP) -> ea.Guesses:
-    return ea.Guesses(np.zeros((top, space.size)), np.full((top, space.size), -1, dtype=np.int64))
 
 
 def model_pairs(state: State, words: np.ndarray) -> dict[tuple[int, int], int]:

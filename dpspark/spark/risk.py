@@ -11,8 +11,8 @@ On Spark, with DataFrames only (so it runs on Spark Connect too):
    setting is also attacked on its runs (``FittedRuns``, the engine ``dpspark.engine.fitted_attack``): a
    task per (setting, span of corpus words) draws its words' fitting and scoring runs once and keeps
    their pair counts on the executors; pass 1 gives every output's five w with the largest
-   prior(w)·count(w → u) in the fitting half, the model attacker's β is fitted on the driver from the
-   counts of at most ``risk.MODEL_WORDS`` words and its guesses folded on the executors, and pass 2
+   prior(w)·count(w → u) in the fitting half, the model attacker's β is fitted on the executors from
+   the counts of at most ``risk.MODEL_WORDS`` words and its guesses folded there too, and pass 2
    counts each word's hits on the scoring half; the driver turns that small table into shares and
    intervals (``risk.shares``). Settings without exact likelihoods: the fitting runs are doubled
    (drawn into the kept counts) until the figures move by less than ``--precision`` (``risk_rows``);
@@ -455,35 +455,36 @@ class FittedRuns:
 
     def model_attacker(self, fit: dict[int, dict[tuple[int, int], int]]) -> tuple[dict[int, ea.Guesses], dict]:
         """The model attacker of every setting of ``fit`` (its model words' fitting counts): per setting its
-        merged guesses and its β. β is fitted where the guesses are folded, on the executors (each task of
-        a setting fits the same β from the same counts, shipped as files), never on the driver."""
+        merged guesses and its β, both computed on the executors, never on the driver: β by one task per
+        setting (its counts shipped as files), the guesses as the exact attacker's (``guesses_on_executors``)."""
         if not fit:
             return {}, {}
-        corpus, bundle = self.corpus, self.bundle
-        shipped = ship_arrays(
-            self.spark,
-            {
-                f"pairs-{s}": np.array([(w, u, c) for (w, u), c in sorted(f.items())], dtype=np.int64).reshape(-1, 3)
-                for s, f in fit.items()
-            },
-        )
-        items = attack_items(self.spark, sorted(fit), self.mechs, corpus)
+        settings, bundle = sorted(fit), self.bundle
+        arrays = {
+            f"pairs-{s}": np.array([(*k, c) for k, c in sorted(f.items())]).reshape(-1, 3) for s, f in fit.items()
+        }
+        shipped = ship_arrays(self.spark, arrays)
 
-        def guesses(item: tuple[int, tuple[int, int]]) -> list[bytes]:
-            s, span = item
+        def beta(s: int) -> list[bytes]:
             space = resources.resources(bundle).mechanisms()[s].space
-            beta = risk.fit_beta(space, {(int(w), int(u)): int(c) for w, u, c in shipped_array(shipped, f"pairs-{s}")})
-            g = ea.create_guesses(ea.model_scores(space, beta, corpus), space, corpus, span)
-            return [backend.pack(g.score, g.word, np.array([beta]))]
+            pairs = {(int(w), int(u)): int(c) for w, u, c in shipped_array(shipped, f"pairs-{s}")}
+            return [backend.pack(np.array([risk.fit_beta(space, pairs)]))]
 
-        best: dict[int, ea.Guesses] = {}
-        betas: dict[int, float] = {}
-        progress = Progress("privacy-risk: model attacker (β and guesses)", len(items), "tasks")
-        for i, payload in backend.run_items(self.spark, items, guesses, progress):
-            score, word, beta = backend.unpack(payload)
-            s = items[i][0]
-            betas[s] = float(beta[0])
-            best[s] = ea.Guesses(score, word) if s not in best else ea.merge_guesses(best[s], ea.Guesses(score, word))
+        progress = Progress("privacy-risk: model attacker's β", len(settings), "settings")
+        betas = {
+            settings[i]: float(backend.unpack(b)[0][0])
+            for i, b in backend.run_items(self.spark, settings, beta, progress)
+        }
+        corpus = self.corpus
+        items = attack_items(self.spark, settings, self.mechs, corpus)
+        best = guesses_on_executors(
+            self.spark,
+            items,
+            lambda mech, s: ea.model_scores(mech.space, betas[s], corpus),
+            bundle,
+            corpus,
+            "model attacker",
+        )
         return best, betas
 
     def release(self) -> None:

@@ -99,7 +99,7 @@ def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, b
 
 
 _ITEMS = "item long, block long, setting long, rows array<long>, runs long"
-_COUNTS = "block long, setting long, word long, output long, count long"
+_COUNTS = "setting long, word long, output long, count long"
 
 
 def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes) -> Iterator[pa.RecordBatch]:
@@ -111,29 +111,24 @@ def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes
             keys = [k for k, _ in pairs]
             yield pa.RecordBatch.from_arrays(
                 [
-                    numbers([it.block] * len(pairs), np.int64),
                     numbers([k[0] for k in keys], np.int64),
                     numbers([k[1] for k in keys], np.int64),
                     numbers([k[2] for k in keys], np.int64),
                     numbers([c for _, c in pairs], np.int64),
                 ],
-                names=["block", "setting", "word", "output", "count"],
+                names=["setting", "word", "output", "count"],
             )
 
 
-def pair_counts(
-    spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str, by_block: bool = False, slices: int = 64
-) -> DataFrame:
-    """(setting, w, ŵ, count) summed over the items, with DataFrames only (no SparkContext); with
-    ``by_block`` also per block of runs, (block, setting, w, ŵ, count). Item i draws the noise keyed by
-    (job key, i) wherever it runs: any number of ``slices`` gives the same counts."""
+def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str, slices: int = 64) -> DataFrame:
+    """(setting, w, ŵ, count) summed over the items, with DataFrames only (no SparkContext). Item i draws
+    the noise keyed by (job key, i) wherever it runs: any number of ``slices`` gives the same counts."""
     from pyspark.sql import functions as F
 
     rows = [(it.item, it.block, it.setting, list(it.rows), it.runs) for it in items]
     df = spark.createDataFrame(rows, _ITEMS).repartition(max(1, min(len(items), slices)), "item")
     counts = df.mapInArrow(lambda b: _item_batches(b, bundle, job_key), _COUNTS)
-    keys = ["block"] * by_block + ["setting", "word", "output"]
-    return counts.groupBy(*keys).agg(F.sum("count").alias("count"))
+    return counts.groupBy("setting", "word", "output").agg(F.sum("count").alias("count"))
 
 
 def dataframe_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:

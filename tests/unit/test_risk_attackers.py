@@ -190,27 +190,6 @@ def test_model_guesses_with_the_true_beta_are_the_exact_attacker(world):
         assert row[f"model_{k}_lo"] <= exact[k] <= row[f"model_{k}_hi"], k
 
 
-def test_guess_ranks_find_what_a_join_with_the_model_table_finds():
-    """The model attacker's guesses are looked up per run on the executors (``guess_columns``,
-    ``guess_ranks``) instead of joined as V·top rows: each (output, word) gets the rank a join with
-    ``model_table`` gives, 0 where the word is not among the guesses or the output is not in the vocabulary."""
-    from types import SimpleNamespace
-
-    rng = np.random.default_rng(3)
-    space = SimpleNamespace(vocab_rows=rng.permutation(10**6)[:300])  # a word-list vocabulary: not in row order
-    pool = rng.integers(0, 10**6, size=40)  # the corpus words
-    words = np.array([rng.choice(pool, 5, replace=False) for _ in space.vocab_rows]).T  # distinct per output
-    table = risk.model_table(space, 0, words)
-    outside = np.setdiff1d(rng.integers(0, 10**6, size=50), space.vocab_rows)
-    output = np.concatenate([rng.choice(space.vocab_rows, 5000), outside, [-1, 10**7]])
-    word = np.concatenate([rng.choice(pool, 5000), rng.choice(pool, len(outside) + 2)])
-    want = [table[(0, u)].index(w) + 1 if w in table.get((0, u), []) else 0 for u, w in zip(output, word)]
-    got = risk.guess_ranks(*risk.guess_columns(space, words), output, word)
-    assert got.tolist() == want
-    assert 0 < (got > 0).mean() < 1 and set(got.tolist()) == {0, 1, 2, 3, 4, 5}
-    assert not risk.guess_ranks(np.zeros(0, np.int64), np.zeros((5, 0), np.int64), output, word).any()
-
-
 # --- per-document exposure ------------------------------------------------------------------------
 
 
