@@ -36,6 +36,8 @@ import json
 import os
 import shutil
 import uuid
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,3 +283,39 @@ def perturber_from(res: Resources, vocabulary_only: bool = False) -> TextPerturb
     if vocabulary_only:
         mech = VocabularyOnly(res.space())
     return TextPerturber(mech, res.words, s["oov"], s["oov_token"], layout=s["layout"])
+
+
+def _put(cache: OrderedDict, key: str, value: object, limit: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > limit:
+        cache.popitem(last=False)
+
+
+def cached(
+    key: str,
+    locate: Callable[[], str],
+    bundles: OrderedDict[str, Resources],
+    embeddings: OrderedDict[str, tuple],
+    max_bundles: int = 2,
+    max_embeddings: int = 2,
+) -> Resources:
+    """The bundle ``key``'s resources from the bounded caches ``bundles`` (at most ``max_bundles``, least
+    recently used out first) and ``embeddings`` (bundles of one embedding share its words), loaded from the
+    directory ``locate()`` returns on first use. A worker that serves many runs does not grow without bound."""
+    hit = bundles.get(key)
+    if hit is not None:
+        bundles.move_to_end(key)
+        return hit
+    directory = locate()
+    sha = read_settings(directory)["embeddings"]["sha256"]
+    embedding = embeddings.get(sha)
+    if embedding is None:
+        _, vectors, words = load_embedding(directory)
+        embedding = (vectors, words)
+        _put(embeddings, sha, embedding, max_embeddings)
+    else:
+        embeddings.move_to_end(sha)
+    loaded = load_bundle(directory, embedding)
+    _put(bundles, key, loaded, max_bundles)
+    return loaded

@@ -12,38 +12,50 @@ Partials travel as ``pack``-ed numpy arrays (``np.save`` one after another, no p
 
 from __future__ import annotations
 
-import io
+import operator
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark import StorageLevel
+from pyspark import Accumulator, AccumulatorParam, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from dpspark.arrow import numbers
+from dpspark.engine import nw_sw
 from dpspark.progress import Progress, watching
+from dpspark.run.backend import pack, unpack  # noqa: F401 - the partials' wire format, re-used by the tasks
+from dpspark.spark import resources
 from dpspark.spark.session import is_connect
-
-
-def pack(*arrays: np.ndarray) -> bytes:
-    """Arrays as bytes (``unpack`` reads them back)."""
-    buf = io.BytesIO()
-    for a in arrays:
-        np.save(buf, np.asarray(a), allow_pickle=False)
-    return buf.getvalue()
-
-
-def unpack(data: bytes) -> list[np.ndarray]:
-    buf, out = io.BytesIO(data), []
-    while buf.tell() < len(data):
-        out.append(np.load(buf, allow_pickle=False))
-    return out
+from dpspark.stats import WorkItem
 
 
 def cores(spark: SparkSession) -> int:
     """The executors' cores (8 on Spark Connect, which does not say)."""
     return 8 if is_connect(spark) else spark.sparkContext.defaultParallelism
+
+
+def ship_arrays(spark: SparkSession, arrays: dict[str, np.ndarray]) -> str:
+    """Send numpy arrays to every executor as files (``key.npy``), returned by name for ``shipped_array``:
+    a table of V columns per setting, which as a broadcast (or in a task's closure) would be held whole in
+    the driver's memory and in every executor's."""
+
+    def write(directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for key, array in arrays.items():
+            np.save(directory / f"{key}.npy", array)
+
+    return resources.ship(spark, write).name
+
+
+def shipped_array(name: str, key: str) -> np.ndarray:
+    """On an executor: the array ``key`` of the files ``ship_arrays`` sent as ``name``."""
+    from pyspark import SparkFiles
+
+    return np.load(Path(SparkFiles.get(name)) / f"{key}.npy")
 
 
 _SCHEMA = T.StructType([T.StructField("item", T.LongType()), T.StructField("payload", T.BinaryType())])
@@ -165,3 +177,102 @@ def _task_poll(spark: SparkSession, n: int) -> Callable[[], tuple[int, float]]:
         return done[0], done[0] / n
 
     return poll
+
+
+# --- the Nw/Sw combiner (dpspark.engine.nw_sw) folded over tasks: privacy-stats' per-word result ----------
+
+
+def _run_items(items: Iterator[WorkItem], bundle: str, job_key: bytes, finished: Accumulator) -> Iterator:
+    mechs = resources.resources(bundle).mechanisms()
+    for it in items:
+        yield from nw_sw.create(it, job_key, mechs).items()
+        finished.add({it.setting: 1})  # counts only: the driver's progress line
+
+
+class _CountsByKey(AccumulatorParam):
+    """Accumulates {key: count} dictionaries (items finished per grid point)."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:  # noqa: N802 - pyspark's name
+        for k, v in b.items():
+            a[k] = a.get(k, 0) + v
+        return a
+
+
+def spark_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
+    """((setting, w) → (Nw, Sw, K)) computed by the executors, with a progress line every 10 s.
+
+    With a SparkContext: the RDD path (``reduceByKey``). On Spark Connect (serverless,
+    standard access mode) there is none, and ``dataframe_per_word`` computes the same
+    counts with DataFrames.
+    """
+    if is_connect(spark):
+        progress = Progress("privacy-stats", len({it.setting for it in items}))
+        result = dataframe_per_word(spark, items, job_key, bundle)
+        progress.report(progress.total, 1.0)
+        return result
+    sc = spark.sparkContext
+    slices = max(1, min(len(items), 4 * sc.defaultParallelism))
+    finished = sc.accumulator({}, _CountsByKey())
+    per_point = Counter(it.setting for it in items)
+    progress = Progress("privacy-stats", len(per_point))
+
+    def poll() -> tuple[int, float]:
+        done = finished.value
+        return sum(done.get(k, 0) == n for k, n in per_point.items()), sum(done.values()) / len(items)
+
+    counts = (
+        sc.parallelize(items, slices)
+        .mapPartitions(lambda it: _run_items(it, bundle, job_key, finished))
+        .reduceByKey(operator.add)
+    )
+    with watching(progress, poll):
+        return counts.map(lambda kv: nw_sw.word_partial(*kv)).reduceByKey(nw_sw.merge_word).collectAsMap()
+
+
+_ITEMS = "item long, block long, setting long, rows array<long>, runs long"
+_COUNTS = "setting long, word long, output long, count long"
+
+
+def _item_batches(batches: Iterator[pa.RecordBatch], bundle: str, job_key: bytes) -> Iterator[pa.RecordBatch]:
+    mechs = resources.resources(bundle).mechanisms()
+    for batch in batches:
+        for row in batch.to_pylist():
+            it = WorkItem(row["item"], row["setting"], tuple(row["rows"]), row["runs"], row["block"])
+            pairs = list(nw_sw.create(it, job_key, mechs).items())
+            keys = [k for k, _ in pairs]
+            yield pa.RecordBatch.from_arrays(
+                [
+                    numbers([k[0] for k in keys], np.int64),
+                    numbers([k[1] for k in keys], np.int64),
+                    numbers([k[2] for k in keys], np.int64),
+                    numbers([c for _, c in pairs], np.int64),
+                ],
+                names=["setting", "word", "output", "count"],
+            )
+
+
+def pair_counts(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str, slices: int = 64) -> DataFrame:
+    """(setting, w, ŵ, count) summed over the items, with DataFrames only (no SparkContext). Item i draws
+    the noise keyed by (job key, i) wherever it runs: any number of ``slices`` gives the same counts."""
+    from pyspark.sql import functions as F
+
+    rows = [(it.item, it.block, it.setting, list(it.rows), it.runs) for it in items]
+    df = spark.createDataFrame(rows, _ITEMS).repartition(max(1, min(len(items), slices)), "item")
+    counts = df.mapInArrow(lambda b: _item_batches(b, bundle, job_key), _COUNTS)
+    return counts.groupBy("setting", "word", "output").agg(F.sum("count").alias("count"))
+
+
+def dataframe_per_word(spark: SparkSession, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
+    """The DataFrame twin of the ``reduceByKey`` path (no SparkContext): the same items, the same
+    noise (keyed by job key and item number), grouped with ``groupBy``; equal results."""
+    from pyspark.sql import functions as F
+
+    pairs = pair_counts(spark, items, job_key, bundle)
+    same = F.when(F.col("output") == F.col("word"), F.col("count")).otherwise(F.lit(0))
+    per_word = pairs.groupBy("setting", "word").agg(
+        F.sum(same).alias("nw"), F.count(F.lit(1)).alias("sw"), F.sum("count").alias("runs")
+    )
+    return {(r[0], r[1]): (r[2], r[3], r[4]) for r in per_word.collect()}

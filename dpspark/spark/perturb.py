@@ -22,6 +22,7 @@ from dpspark.embeddings import embeddings_of
 from dpspark.errors import ConfigError, InputDataError, PrivacyWarning, VocabularyTooSmallError
 from dpspark.prepare import Prepared, prepare, vocabulary_rows
 from dpspark.rng import new_job_key
+from dpspark.scratch import scratch_dir
 from dpspark.spark import resources
 from dpspark.spark.release import check_stream, run_release
 from dpspark.spark.transform import count_columns, perturb, quote, token_counts
@@ -167,7 +168,7 @@ class PerturbJob:
     def prepare(self, df: DataFrame, spark: SparkSession, run_id: str) -> None:
         c = self.config
         opt_in_warnings(c)
-        workdir = resources.scratch_dir() / f"index-{run_id}"
+        workdir = scratch_dir() / f"index-{run_id}"
         try:
             from_corpus = c.spec.corpus_counts_artefact() is not None
             if c.vocab_from_corpus or from_corpus:

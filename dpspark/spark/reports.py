@@ -30,7 +30,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from dpspark.errors import ConfigError, InputDataError, OutputError
-from dpspark.spark import io, resources
+from dpspark.scratch import scratch_dir
+from dpspark.spark import io
 from dpspark.spark.fs import FileSystem
 
 
@@ -123,7 +124,7 @@ class ReportOutput:
 
     def _scratch(self) -> None:
         """The scratch directory, made once the output passed its checks (a refusal leaves none)."""
-        self.local = resources.scratch_dir() / f"report-{self.run_id}"
+        self.local = scratch_dir() / f"report-{self.run_id}"
         self.local.mkdir()
 
     def __enter__(self) -> ReportOutput:

@@ -1,7 +1,7 @@
 """Shipping a bundle to the executors, and the executors' one bounded cache.
 
 Driver side: ``ship(spark, write)`` writes a bundle (``dpspark.bundle``) into a fresh
-directory under this process's scratch directory, zips it, hands the archive to Spark
+directory under this process's scratch directory (``dpspark.scratch``), zips it, hands the archive to Spark
 (``SparkContext.addArchive``, or a session artifact on Spark Connect), and removes the
 unzipped directory at once. The archive itself must stay while the session lives
 (Spark re-checks every archive it was given before each task), so it is removed with
@@ -19,10 +19,7 @@ words (the largest object).
 
 from __future__ import annotations
 
-import atexit
-import os
 import shutil
-import tempfile
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,38 +29,14 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from dpspark.bundle import Resources, load_bundle, load_embedding, read_settings
+from dpspark.scratch import scratch_dir
 from dpspark.spark.session import is_connect
 
 MAX_BUNDLES = 2
 MAX_EMBEDDINGS = 2
-_PREFIX = "dpspark-scratch-"
 
 _bundles: OrderedDict[str, Resources] = OrderedDict()
 _embeddings: OrderedDict[str, tuple] = OrderedDict()
-_scratch: Path | None = None
-
-
-def _remove_stale_scratch(tmp: Path) -> None:
-    """Remove scratch directories of dpspark processes on this machine that no longer run."""
-    for d in tmp.glob(f"{_PREFIX}*"):
-        try:
-            pid = int(d.name.removeprefix(_PREFIX).split("-")[0])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(d, ignore_errors=True)
-        except (ValueError, PermissionError, OSError):
-            continue
-
-
-def scratch_dir() -> Path:
-    """This process's scratch directory (bundles, index files), removed at exit."""
-    global _scratch
-    if _scratch is None or not _scratch.exists():
-        tmp = Path(tempfile.gettempdir())
-        _remove_stale_scratch(tmp)
-        _scratch = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
-        atexit.register(shutil.rmtree, _scratch, True)
-    return _scratch
 
 
 @dataclass

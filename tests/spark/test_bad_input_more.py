@@ -101,7 +101,7 @@ def test_remote_without_the_connect_client(tmp_path, data):
 @pytest.mark.runtime
 def test_risk_token_counts_with_a_dotted_column(spark):
     """privacy-risk counts the corpus's tokens through map_in_arrow: a dotted name works."""
-    from dpspark.spark.risk import token_counts
+    from dpspark.spark.transform import token_counts
 
     texts = ["the city is quiet", "the dog", None]
     plain = spark.createDataFrame([(t,) for t in texts], "text string")

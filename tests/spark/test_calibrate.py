@@ -21,11 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import dpspark
-from dpspark import report
+from dpspark import report, scratch
 from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
 from dpspark.errors import ConfigError, InputDataError, OutputError
-from dpspark.spark import calibrate as calibrate_module
-from dpspark.spark import resources
+from dpspark.run import calibrate as calibrate_module
 from dpspark.spark.fs import FileSystem
 from dpspark.utility import BASELINE
 
@@ -142,7 +141,7 @@ def test_statistics_without_a_manifest_are_refused(spark, tmp_path, capsys):
     code, err = run(capsys, "calibrate", "--stats", str(stats), "--quiet")
     assert_refused(code, err, InputDataError, f"{stats} is not a dpspark output", "--stats must be a privacy-stats")
     assert snapshot(tmp_path) == before
-    assert not list(resources.scratch_dir().glob("report-*"))  # no scratch directory left either
+    assert not list(scratch.scratch_dir().glob("report-*"))  # no scratch directory left either
 
 
 def test_statistics_replaced_meanwhile_are_refused(spark, tmp_path, capsys, monkeypatch):

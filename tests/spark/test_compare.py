@@ -254,8 +254,10 @@ def test_the_text_metrics_folded_on_the_executors_equal_the_one_pass_figures(spa
     from dpspark.config import StatsConfig
     from dpspark.evaluation import field_metrics as fm
     from dpspark.prepare import prepare_grid
+    from dpspark.run.compare import finish_text_metrics
+    from dpspark.run.settings import ORIGINAL, TEXT
     from dpspark.spark import resources
-    from dpspark.spark.compare import ORIGINAL, TEXT, _dictionary, finish_text_metrics, text_metric_sums
+    from dpspark.spark.sparkbackend import _dictionary, text_metric_sums
     from dpspark.text import tokenize
 
     texts = [r[0] for r in spark.read.parquet(data).select("text").collect()]

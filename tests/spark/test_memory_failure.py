@@ -21,7 +21,7 @@ OOM_RUN = """
 import sys
 from pyspark.sql import SparkSession
 from dpspark.cli import main
-from dpspark.spark import risk
+from dpspark.run import risk
 
 def attack(*args, **kwargs):
     spark = SparkSession.getActiveSession()

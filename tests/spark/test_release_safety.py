@@ -430,9 +430,9 @@ def test_stale_temporaries_are_removed_and_hidden(spark, tmp_path, dataset):
 
 
 def test_scratch_is_removed_after_success_and_failure(spark, capsys, tmp_path, dataset):
-    from dpspark.spark import resources
+    from dpspark.scratch import scratch_dir
 
-    scratch = resources.scratch_dir()
+    scratch = scratch_dir()
     before = set(scratch.iterdir())
     assert perturb(dataset, tmp_path / "o", "--nn", "annoy", "--recall-queries", "50") == 0
     code = perturb(dataset, tmp_path / "o2", "--embeddings", str(tmp_path / "missing.txt"))

@@ -20,8 +20,10 @@ from dpspark.errors import DPSparkWarning
 from dpspark.evaluation.datasets import sms_spam
 from dpspark.prepare import prepare_grid
 from dpspark.rng import SeededRunWarning
+from dpspark.run.risk import FittedRuns, exact_attack
 from dpspark.spark import resources
-from dpspark.spark.risk import FittedRuns, exact_attack, run_privacy_risk
+from dpspark.spark.risk import run_privacy_risk
+from dpspark.spark.sparkbackend import SparkBackend
 from dpspark.stats import plan
 
 pytestmark = pytest.mark.spark
@@ -42,7 +44,7 @@ def test_attack_on_spark_equals_the_reference_for_every_setting(spark, glove, tm
     items = plan(grid.specs, np.array(sorted(prior)), 20, 5, 10)
     mechs = grid.mechanisms()
     noisy = {0, 1, 2, 3}  # laplace and vickrey: no closed form
-    runs = FittedRuns(spark, items, b"k" * 16, ship.name, mechs, ea.Corpus.of(prior, sensitive))
+    runs = FittedRuns(SparkBackend(spark, "test"), items, b"k" * 16, ship.name, mechs, ea.Corpus.of(prior, sensitive))
     on_spark, betas = runs.attack(set(range(len(mechs))), noisy, prior)
     runs.release()
     ship.close()
@@ -74,7 +76,7 @@ def test_the_exact_attacker_on_the_executors_equals_the_numpy_fold(spark, glove,
     ship = resources.ship(spark, grid.write_bundle)
     mechs = grid.mechanisms()
     assert mechs[1].space.block == 1024
-    got = exact_attack(spark, ship.name, mechs, prior, sensitive, 20)
+    got = exact_attack(SparkBackend(spark, "test"), ship.name, mechs, prior, sensitive, 20)
     assert got[0] is None  # laplace
     for s in (1, 2):
         want = risk.exact_reidentification(mechs[s], prior, sensitive, runs=20)

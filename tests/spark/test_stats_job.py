@@ -16,7 +16,7 @@ from dpspark.engine import nw_sw
 from dpspark.prepare import prepare_grid
 from dpspark.rng import SeededRunWarning, new_job_key
 from dpspark.spark import resources
-from dpspark.spark.stats import dataframe_per_word, spark_per_word
+from dpspark.spark.backend import dataframe_per_word, spark_per_word
 from dpspark.stats import plan, sample_words
 
 pytestmark = pytest.mark.spark

@@ -164,8 +164,9 @@ def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path
     from dpspark.engine import exact_attack as ea
     from dpspark.engine import nw_sw
     from dpspark.mechanisms import Space, parse
+    from dpspark.run.risk import FittedRuns
     from dpspark.spark import resources
-    from dpspark.spark.risk import FittedRuns
+    from dpspark.spark.sparkbackend import SparkBackend
     from dpspark.stats import plan
 
     emb = load_default()
@@ -180,7 +181,7 @@ def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path
     mechs = [s.build(Space(emb.vectors, vocab)) for s in specs]
     fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], b"k" * 16, mechs)
     score = nw_sw.counts([it for it in items if it.block == risk.SCORE_HALF], b"k" * 16, mechs)
-    runs = FittedRuns(spark, items, b"k" * 16, ship.name, mechs, ea.Corpus.of(prior, sensitive))
+    runs = FittedRuns(SparkBackend(spark, "test"), items, b"k" * 16, ship.name, mechs, ea.Corpus.of(prior, sensitive))
     on_spark, _ = runs.attack({0, 1}, set(), prior)
     runs.release()
     reference = risk.reidentification(fit, score, prior, sensitive)
@@ -286,7 +287,8 @@ def test_the_executors_fold_of_the_metrics_equals_the_numpy_combiner(spark, data
     from pyspark.sql import functions as F
 
     from dpspark.engine import classification
-    from dpspark.spark.utility import LABEL, TEXT, Model
+    from dpspark.run.settings import LABEL, TEXT
+    from dpspark.spark.sparkbackend import Model
 
     spam = (F.col("label") == "spam").cast("double")
     df = spark.read.parquet(data).select(F.col("text").alias(TEXT), spam.alias(LABEL))

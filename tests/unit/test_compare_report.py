@@ -68,7 +68,7 @@ def test_a_setting_without_its_epsilon_names_one_series_and_its_mlflow_metrics()
     """``MechanismSpec.series_label``: what compare, evaluate-utility and privacy-risk call a setting (the
     frontier's lines, the equal-privacy rows); compare's MLflow metric names spell it in ASCII."""
     from dpspark import mechanisms
-    from dpspark.spark.compare import _mlflow_key
+    from dpspark.evaluation.compare_mlflow import _mlflow_key
 
     labels = {
         "laplace": {"name": "laplace", "epsilon": 5},

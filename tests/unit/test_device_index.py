@@ -246,7 +246,7 @@ def test_statistics_and_risk_manifests_name_the_device(glove):
     pytest.importorskip("pyspark")
     from dpspark.config import StatsConfig
     from dpspark.device import DEVICE_SEARCH
-    from dpspark.spark.stats import mechanism_fields
+    from dpspark.run.settings import mechanism_fields
 
     config = StatsConfig(output="unused", epsilons=[10.0], device="cuda")
     nn = mechanism_fields(config, glove, np.arange(1000), None)["nearest_neighbour"]

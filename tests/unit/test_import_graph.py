@@ -134,6 +134,30 @@ def test_no_generic_module_imports_a_mechanism_family():
     assert {m: f for m, f in found.items() if f} == {}
 
 
+def test_the_runners_import_no_spark():
+    """``dpspark/run/`` (the commands' runners, over ``dpspark.run.backend.Backend``) reaches no module of
+    ``dpspark.spark`` (at module level or through a function, however far down) and no module that imports
+    pyspark at module level: ``dpspark.spark`` is one backend beside the runners' protocol, not under them.
+    (``dpspark.device`` asks pyspark for a task's GPU inside a function, and answers None without it.)"""
+    graph = module_graph(functions=True)
+    spark_importers = set()
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        imports = _imports(ast.parse(path.read_text(encoding="utf-8")))
+        if any(t.split(".")[0] == "pyspark" for targets, inside in imports if not inside for t in targets):
+            spark_importers.add(name)
+    runners = sorted(m for m in graph if m.startswith("dpspark.run"))
+    assert "dpspark.run.compare" in runners
+    reached, todo = set(), list(runners)
+    while todo:
+        m = todo.pop()
+        for t in graph[m] - reached:
+            reached.add(t)
+            todo.append(t)
+    assert sorted(m for m in reached | set(runners) if m in spark_importers or m.startswith("dpspark.spark")) == []
+
+
 def test_the_check_finds_a_circle(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()
