@@ -269,7 +269,8 @@ _RELEASE_SETTINGS = frozenset(release.__kwdefaults__)
 
 
 def privacy_stats(output, epsilons=None, lambdas=None, runs=100, **settings):  # noqa: ANN001, ANN201
-    """Compute Nw/Sw over a grid of settings on Spark; write the tables and plots to ``output``.
+    """Compute Nw/Sw over a grid of settings on Spark (or the local engine: ``engine="local"``, or without
+    pyspark or Java); write the tables and plots to ``output``.
 
     The grid is ``epsilons`` (None: each mechanism's ``default_epsilons``) × the λ grid of laplace/mahalanobis
     (``lambdas``), or
@@ -278,11 +279,11 @@ def privacy_stats(output, epsilons=None, lambdas=None, runs=100, **settings):  #
     summary). See ``dpspark.config.StatsConfig`` for the other settings (words, word_list, corpus,
     vocab_size, nn, seed, mode, ...).
     """
+    from dpspark import local
     from dpspark.config import StatsConfig
-    from dpspark.spark.stats import run_privacy_stats
 
     given = {"output": output, "epsilons": epsilons, "lambdas": lambdas, "runs": runs, **settings}
-    return run_privacy_stats(StatsConfig.parse({k: v for k, v in given.items() if v is not None}))
+    return local.privacy_stats(StatsConfig.parse({k: v for k, v in given.items() if v is not None}))
 
 
 def evaluate_utility(output, text_column, label_column, input=None, df=None, **settings):  # noqa: A002, ANN001, ANN201
@@ -298,10 +299,13 @@ def evaluate_utility(output, text_column, label_column, input=None, df=None, **s
 def privacy_risk(output, text_column, input=None, df=None, **settings):  # noqa: A002, ANN001, ANN201
     """Re-identification risk of a corpus per (ε, λ): the share of tokens an informed attacker
     recovers (top-1, top-5), over sensitive words, and released unchanged. Returns the manifest
-    (``results``). Settings: ``dpspark.config.RiskConfig`` fields."""
-    from dpspark.spark.risk import privacy_risk as _privacy_risk
+    (``results``). Settings: ``dpspark.config.RiskConfig`` fields; ``engine="local"`` (or no pyspark or Java)
+    runs it without Spark on a local ``input``."""
+    from dpspark import local
+    from dpspark.config import RiskConfig
 
-    return _privacy_risk(output, text_column, input=input, df=df, **settings)
+    config = RiskConfig.parse({"output": output, "text_column": text_column, "input": input, **settings})
+    return local.privacy_risk(config, df)
 
 
 def release_vectors(input=None, output=None, column=None, epsilon=None, df=None, **settings):  # noqa: A002, ANN001, ANN201

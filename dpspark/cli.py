@@ -405,15 +405,15 @@ def _cmd_release_vectors(c: Any) -> int:
 
 
 def _cmd_privacy_stats(c: Any) -> int:
-    from dpspark.spark.stats import run_privacy_stats
+    from dpspark import local
 
-    m = run_privacy_stats(c)
+    m = local.privacy_stats(c)
     t = m["timings"]
     md = Path(c.output) / "summary.md"
     table = md.read_text(encoding="utf-8") if md.is_file() else ""
     _print(
         f"{table}{m['draws']:,} draws in {t['statistics_s']} s ({t['draws_per_s']:,.0f} draws/s); statistics, "
-        f"tables and plots in {c.output}"
+        f"tables and plots in {c.output} (engine: {m['engine']})"
     )
     return 0
 
@@ -451,12 +451,15 @@ def _cmd_evaluate_utility(c: Any) -> int:
 
 
 def _cmd_privacy_risk(c: Any) -> int:
-    from dpspark.spark.risk import run_privacy_risk
+    from dpspark import local
 
-    m = run_privacy_risk(c)
+    m = local.privacy_risk(c)
     md = Path(c.output) / "summary.md"
     table = md.read_text(encoding="utf-8") if md.is_file() else ""
-    _print(f"{table}\n{m['draws']:,} draws in {m['timings']['risk_s']} s; tables and plots in {c.output}")
+    _print(
+        f"{table}\n{m['draws']:,} draws in {m['timings']['risk_s']} s; tables and plots in {c.output} "
+        f"(engine: {m['engine']})"
+    )
     return 0
 
 
@@ -593,6 +596,10 @@ def main(argv: list[str] | None = None) -> int:
         from dpspark import preflight
 
         preflight.check(command, c)  # a local input's path and columns, before Spark starts
+        if command not in ("privacy-stats", "privacy-risk") and hasattr(c, "engine"):
+            from dpspark import local
+
+            local.engine_for(command, c)  # the local engine runs these two only: the others refuse it here
         with warnings.catch_warnings():
             if c.quiet:
                 warnings.simplefilter("ignore")

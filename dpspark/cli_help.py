@@ -87,7 +87,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
         "vocab_from_corpus",
     ),
     "nearest-neighbour search": ("nn", "annoy_trees", "annoy_search_k", "recall_queries", "device"),
-    "Spark": ("master", "remote", "partitions", "batch_rows"),
+    "Spark": ("engine", "master", "remote", "partitions", "batch_rows"),
     "output control": ("quiet",),
 }
 

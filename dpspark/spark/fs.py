@@ -22,19 +22,25 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-from dpspark.spark.session import is_connect
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (Databricks serverless): no SparkContext there."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 class FileSystem:
-    """File operations on the session's Hadoop file systems (or the local one on Spark Connect)."""
+    """File operations on the session's Hadoop file systems (or the local one on Spark Connect, and with no
+    session: the local engine's, ``dpspark.local``)."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession | None) -> None:
         self.spark = spark
-        self.local = is_connect(spark)
+        self.local = spark is None or is_connect(spark)
         if not self.local:
             jvm = spark.sparkContext._jvm
             self._jvm = jvm

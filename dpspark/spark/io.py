@@ -24,16 +24,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
-
-from pyspark.sql import DataFrame, SparkSession
+from typing import TYPE_CHECKING, Any
 
 from dpspark import ledger
 from dpspark.errors import ConfigError, InputDataError, LedgerError, OutputError, OutputExistsError
 from dpspark.outputs import to_json
 from dpspark.reserved import LOCK_PREFIX, OLD_PREFIX, TMP_PREFIX
-from dpspark.spark.fs import FileSystem
-from dpspark.spark.session import is_connect
+from dpspark.spark.fs import FileSystem, is_connect
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 MANIFEST = "_dpspark_manifest.json"
 MANIFEST_VERSION = 1  # CHANGELOG.md, "Formats": fields are only added within a version

@@ -25,14 +25,15 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Any
 
 from dpspark.errors import ConfigError, InputDataError, OutputError
 from dpspark.scratch import scratch_dir
 from dpspark.spark import io
 from dpspark.spark.fs import FileSystem
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class ReportOutput:
@@ -50,7 +51,7 @@ class ReportOutput:
 
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SparkSession | None,
         input_path: str | None,
         output: str | None,
         mode: str,
@@ -108,7 +109,7 @@ class ReportOutput:
 
     def _start(
         self,
-        spark: SparkSession,
+        spark: SparkSession | None,
         input_path: str | None,
         output: str,
         sources: list[str] | None,

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from dpspark.bundle import Resources, load_bundle, load_embedding, read_settings
+from dpspark.bundle import Resources
+from dpspark.bundle import cached as cached_bundle
 from dpspark.scratch import scratch_dir
 from dpspark.spark.session import is_connect
 
@@ -72,36 +73,18 @@ def ship(spark: SparkSession, write: Callable[[Path], object]) -> Shipment:
     return Shipment(archive.name, archive)
 
 
-def _put(cache: OrderedDict, key: str, value: object, limit: int) -> None:
-    cache[key] = value
-    cache.move_to_end(key)
-    while len(cache) > limit:
-        cache.popitem(last=False)
-
-
-def resources(name: str) -> Resources:
-    """The worker's cached resources of the shipped bundle ``name`` (loaded on first use)."""
-    cached = _bundles.get(name)
-    if cached is not None:
-        _bundles.move_to_end(name)
-        return cached
+def _located(name: str) -> str:
     from pyspark import SparkFiles
 
     from dpspark._blas import one_thread
 
     one_thread()
-    directory = SparkFiles.get(name)
-    sha = read_settings(directory)["embeddings"]["sha256"]
-    embedding = _embeddings.get(sha)
-    if embedding is None:
-        _, vectors, words = load_embedding(directory)
-        embedding = (vectors, words)
-        _put(_embeddings, sha, embedding, MAX_EMBEDDINGS)
-    else:
-        _embeddings.move_to_end(sha)
-    loaded = load_bundle(directory, embedding)
-    _put(_bundles, name, loaded, MAX_BUNDLES)
-    return loaded
+    return SparkFiles.get(name)
+
+
+def resources(name: str) -> Resources:
+    """The worker's cached resources of the shipped bundle ``name`` (loaded on first use)."""
+    return cached_bundle(name, lambda: _located(name), _bundles, _embeddings, MAX_BUNDLES, MAX_EMBEDDINGS)
 
 
 def cached() -> tuple[int, int]:

@@ -1,12 +1,11 @@
 """``dpspark privacy-risk`` over Spark: the corpus read and its text column checked, then the runner
 (``dpspark.run.risk``) over a ``SparkBackend``, its files committed all-or-nothing (``dpspark.spark.reports``);
-and the Python API. ``dpspark.run.risk.risk_rows`` measures a grid without writing anything (for ``compare``)."""
+``dpspark.run.risk.risk_rows`` measures a grid without writing anything (for ``compare``)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -55,16 +54,10 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_text_column(df, config.text_column)
-        manifest = run_risk.assess(SparkBackend(spark, out.run_id), config, df, out.local, started, t0)
+        manifest = {
+            **run_risk.assess(SparkBackend(spark, out.run_id), config, df, out.local, started, t0),
+            "engine": "spark",
+        }
         out.commit(manifest)
     log.info("privacy-risk finished in %.1f s", manifest["duration_s"])
     return manifest
-
-
-def privacy_risk(
-    output: str, text_column: str, input: str | None = None, df: DataFrame | None = None, **settings: Any
-) -> dict:  # noqa: A002
-    """Python API of ``dpspark privacy-risk`` over a Parquet path or a DataFrame; returns the manifest
-    (its ``results``: one row per setting). Settings are RiskConfig fields."""
-    config = RiskConfig.parse({"output": output, "text_column": text_column, "input": input, **settings})
-    return run_privacy_risk(config, df=df)

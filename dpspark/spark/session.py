@@ -13,6 +13,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from dpspark.errors import ConfigError
+from dpspark.spark.fs import is_connect
 
 # Spark's task slots already use every core: one BLAS thread per Python worker.
 _SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -160,11 +161,6 @@ def _quiet_when_lost(session: SparkSession) -> SparkSession:
     if server is not None:
         server.handle_error = lambda request, client_address: None
     return session
-
-
-def is_connect(spark: SparkSession) -> bool:
-    """True for a Spark Connect session (Databricks serverless): no SparkContext there."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 # --- sessions dpspark is handed ------------------------------------------------------------------

@@ -19,15 +19,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from dpspark import risk
 from dpspark.arrow import numbers
 from dpspark.config import PerturbConfig
 from dpspark.engine import classification
 from dpspark.evaluation import field_metrics as fm
 from dpspark.progress import Progress, describe
-from dpspark.rng import batch_generator, derive_key
 from dpspark.run.backend import Classifier
 from dpspark.run.compare import TEXT_SUMS
+from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.spark import backend, io, resources
 from dpspark.spark.fs import FileSystem
@@ -293,25 +292,12 @@ def doc_exposures(
     from ``batch_generator(key, row id, setting)`` under a key of their own (derived from ``job_key``), the
     row id ``monotonically_increasing_id`` (stable for the same input files). Only the exposures (numbers
     per row, no text) reach the driver."""
-    key = derive_key(job_key, "doc-exposure")
 
     def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         mechs = resources.resources(bundle).mechanisms()
         for b in batches:
             texts, ids = decode_strings(b.column(0))[0], b.column(1).to_pylist()
-            out: dict[str, list] = {"setting": [], "exposure": [], "exact": []}
-            for text, rid in zip(texts, ids):
-                toks = [index[t] for t in tokenize(text)[0] if t in index] if text else []
-                sens = sorted(set(toks) & sensitive)
-                if not sens:
-                    continue
-                for s in settings:
-                    value, exact = risk.doc_exposure(
-                        mechs[s], np.array(toks), np.array(sens), runs, batch_generator(key, rid, s)
-                    )
-                    out["setting"].append(s)
-                    out["exposure"].append(value)
-                    out["exact"].append(exact)
+            out = doc_exposure_rows(texts, ids, index, sensitive, mechs, settings, runs, job_key)
             yield pa.RecordBatch.from_pydict(
                 {
                     "setting": pa.array(out["setting"], pa.int64()),
@@ -326,9 +312,5 @@ def doc_exposures(
         T.StructField("exact", T.BooleanType()),
     ]
     text = df.select(F.col(quote(column)), F.monotonically_increasing_id().alias("__row"))
-    result: dict[int, tuple[list[float], bool]] = {s: ([], True) for s in settings}
-    for r in map_in_arrow(text, rows, fields).collect():
-        values, exact = result[r["setting"]]
-        values.append(r["exposure"])
-        result[r["setting"]] = (values, exact and r["exact"])
-    return result
+    found = map_in_arrow(text, rows, fields).collect()
+    return doc_exposures_of([{k: [r[k] for r in found] for k in ("setting", "exposure", "exact")}], settings)

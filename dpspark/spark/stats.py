@@ -38,7 +38,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
         command="privacy-stats",
         writes=local_writes(config),
     ) as out:
-        manifest = run_stats.measure(SparkBackend(spark, out.run_id), config, out.local, started)
+        manifest = {**run_stats.measure(SparkBackend(spark, out.run_id), config, out.local, started), "engine": "spark"}
         out.commit(manifest)
     event = {"event": "privacy_stats_finished", "draws": manifest["draws"], "duration_s": manifest["duration_s"]}
     log.info(json.dumps(event))

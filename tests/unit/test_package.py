@@ -23,7 +23,7 @@ pytestmark = pytest.mark.runtime
 ROOT = Path(__file__).resolve().parents[2]
 
 # PerturbConfig fields that each function does not take as a parameter, and why.
-SESSION = ("master", "remote", "batch_rows")  # the DataFrame's session is used; a session setting changes nothing
+SESSION = ("engine", "master", "remote", "batch_rows")  # the DataFrame's session (Spark) is used: none changes a thing
 CLI_ONLY = ("quiet",)  # what the command prints; the functions print nothing
 READS = ("input", "input_table", "partitions")  # where a release reads from; a transform reads df
 

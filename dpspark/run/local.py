@@ -1,0 +1,190 @@
+"""``LocalBackend``: the runners' ``dpspark.run.backend.Backend`` in this process, with pyarrow and numpy: no
+JVM, no pyspark.
+
+A table is a ``pyarrow.Table``; a shipped bundle is a directory under the scratch directory, loaded once
+(``dpspark.bundle.cached``: at most two bundles and two embeddings held, as on an executor); the engines'
+tasks run one after another in this process with the same work functions, item keys and payloads as on
+Spark, so for a seed the figures are Spark's: the draws are keyed by item, never by where an item runs.
+Per-document exposures key a row's draws by its position in the table (Spark: by
+``monotonically_increasing_id``, the same numbers for an input read as one partition).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpspark.bundle import Resources, cached
+from dpspark.engine import nw_sw
+from dpspark.progress import Progress
+from dpspark.run.inputs import read_local
+from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
+from dpspark.scratch import scratch_dir
+from dpspark.text import decode_strings, tokenize
+
+log = logging.getLogger("dpspark")
+
+_bundles: OrderedDict[str, Resources] = OrderedDict()
+_embeddings: OrderedDict[str, tuple] = OrderedDict()
+
+
+def local_bundle(directory: str) -> Resources:
+    """The resources of the bundle written into ``directory`` (loaded on first use, then cached)."""
+    return cached(directory, lambda: directory, _bundles, _embeddings)
+
+
+def local_array(directory: str, key: str) -> np.ndarray:
+    """The array ``key`` of the files ``LocalBackend.ship_arrays`` wrote into ``directory``."""
+    return np.load(Path(directory) / f"{key}.npy")
+
+
+@dataclass
+class LocalShipment:
+    """A bundle written into a directory of this process's scratch directory: ``name`` is that directory."""
+
+    name: str
+
+    def close(self) -> None:
+        shutil.rmtree(self.name, ignore_errors=True)
+        _bundles.pop(self.name, None)
+
+
+class LocalKept:
+    """``Kept`` in this process: the payloads in a list."""
+
+    def __init__(self, payloads: list[bytes]) -> None:
+        self.payloads = payloads
+
+    def update(self, work: Callable[[int, bytes], bytes], progress: Progress | None = None) -> LocalKept:
+        return LocalKept(_each(range(len(self.payloads)), lambda i: [work(i, self.payloads[i])], progress)[1])
+
+    def collect(
+        self, work: Callable[[int, bytes], list[bytes]], progress: Progress | None = None
+    ) -> list[tuple[int, bytes]]:
+        return _each(range(len(self.payloads)), lambda i: work(i, self.payloads[i]), progress)[0]
+
+    def release(self) -> None:
+        self.payloads = []
+
+
+def _each(
+    indices: range, work: Callable[[int], list[bytes]], progress: Progress | None
+) -> tuple[list[tuple[int, bytes]], list[bytes]]:
+    """(index, payload) of every payload ``work(i)`` returns, and the payloads alone, with progress."""
+    out: list[tuple[int, bytes]] = []
+    for done, i in enumerate(indices, 1):
+        out += [(i, p) for p in work(i)]
+        if progress is not None:
+            progress.report(done, done / max(len(indices), 1))
+    return out, [p for _, p in out]
+
+
+def count_tokens(texts: pa.ChunkedArray | pa.Array) -> Counter[str]:
+    """Token → occurrences over ``texts`` (dpspark's tokenizer; nulls and empty strings count nothing)."""
+    counts: Counter[str] = Counter()
+    chunks = texts.chunks if isinstance(texts, pa.ChunkedArray) else [texts]
+    for chunk in chunks:
+        counts.update(t for s in decode_strings(chunk)[0] if s for t in tokenize(s)[0])
+    return counts
+
+
+class LocalBackend:
+    """The ``Backend`` primitives over pyarrow tables in this process (see the module docstring)."""
+
+    bundle = staticmethod(local_bundle)
+    shipped_array = staticmethod(local_array)
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.shipments: list[LocalShipment] = []
+
+    def describe(self, command: str, step: str) -> None:
+        log.debug("dpspark %s: %s", command, step)
+
+    def cores(self) -> int:
+        return 1  # the tasks run one after another here
+
+    def ship(self, write: Callable[[Path], object]) -> LocalShipment:
+        directory = scratch_dir() / f"dpspark-bundle-{uuid.uuid4().hex}"
+        try:
+            write(directory)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        shipment = LocalShipment(str(directory))
+        self.shipments.append(shipment)
+        return shipment
+
+    def close(self) -> None:
+        """Remove every bundle and array this backend wrote."""
+        for s in self.shipments:
+            s.close()
+        self.shipments = []
+
+    def rows(self, data: pa.Table) -> int:
+        return data.num_rows
+
+    def texts(self, data: pa.Table, column: str, n: int) -> list[str | None]:
+        return data.column(column).slice(0, n).to_pylist()
+
+    def token_counts(self, data: pa.Table, column: str) -> dict[str, int]:
+        return dict(count_tokens(data.column(column)))
+
+    def ship_arrays(self, arrays: dict[str, np.ndarray]) -> str:
+        def write(directory: Path) -> None:
+            directory.mkdir(parents=True, exist_ok=True)
+            for key, array in arrays.items():
+                np.save(directory / f"{key}.npy", array)
+
+        return self.ship(write).name
+
+    def run_items(
+        self, items: Sequence[Any], work: Callable[[Any], list[bytes]], progress: Progress | None = None
+    ) -> list[tuple[int, bytes]]:
+        items = list(items)
+        return _each(range(len(items)), lambda i: work(items[i]), progress)[0]
+
+    def keep(self, items: Sequence[Any], draw: Callable[[int], bytes], progress: Progress | None = None) -> LocalKept:
+        return LocalKept(_each(range(len(items)), lambda i: [draw(i)], progress)[1])
+
+    def nw_sw(self, items: list[Any], job_key: bytes, bundle: str) -> dict:
+        progress = Progress("privacy-stats", len(items), "items")
+        mechanisms = local_bundle(bundle).mechanisms()
+        pairs: nw_sw.Pairs = {}
+        for done, item in enumerate(items, 1):
+            nw_sw.merge(pairs, nw_sw.create(item, job_key, mechanisms))
+            progress.report(done, done / len(items))
+        return nw_sw.finish(pairs)
+
+    def doc_exposures(
+        self,
+        data: pa.Table,
+        column: str,
+        index: dict[str, int],
+        sensitive: set[int],
+        bundle: str,
+        settings: list[int],
+        runs: int,
+        job_key: bytes,
+    ) -> dict[int, tuple[list[float], bool]]:
+        texts = decode_strings(data.column(column).combine_chunks())[0]
+        mechs = local_bundle(bundle).mechanisms()
+        rows = doc_exposure_rows(texts, range(len(texts)), index, sensitive, mechs, settings, runs, job_key)
+        return doc_exposures_of([rows], settings)
+
+    def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:
+        table = read_local(path, columns)
+        counts: Counter[str] = Counter()
+        for col in columns:
+            counts.update(count_tokens(table.column(col)))
+        ranked = sorted((t for t in counts if t in in_vocabulary), key=lambda t: (-counts[t], t))
+        return ranked[:size]

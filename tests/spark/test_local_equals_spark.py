@@ -1,0 +1,68 @@
+"""Spark = local: for one seed, privacy-stats and privacy-risk give the same figures on Spark and on the local
+engine (``--engine local``): the draws are keyed by work item (and a document's by its row), never by where
+they run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dpspark.cli import main
+
+pytestmark = [pytest.mark.spark, pytest.mark.runtime]
+
+TEXTS = [
+    "the city is quiet tonight and the river is calm",
+    "call london now to win a prize",
+    "free money for the city of london",
+    "the dog ran home to the river in london",
+    None,
+]
+
+
+def same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def run_both(tmp_path, argv: list[str]) -> dict[str, dict]:
+    manifests = {}
+    for engine in ("spark", "local"):
+        out = tmp_path / engine
+        with pytest.warns(UserWarning, match="seed"):
+            assert main([*argv, "--engine", engine, "--output", str(out), "--seed", "11"]) == 0
+        manifests[engine] = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifests["local"]["engine"] == "local" and manifests["spark"]["engine"] == "spark"
+    return manifests
+
+
+def test_privacy_stats_is_the_same_on_both_engines(spark, tmp_path):
+    argv = ["privacy-stats", "--mechanisms", "laplace,custext", "--epsilons", "5", "--runs", "12", "--words", "30"]
+    run_both(tmp_path, [*argv, "--vocab-size", "2000"])
+    a, b = (pq.read_table(tmp_path / e / "per_word.parquet") for e in ("spark", "local"))
+    assert a.num_rows == 60 and a.schema == b.schema
+    assert same(a.to_pylist(), b.to_pylist())
+
+
+def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path):
+    data = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"text": TEXTS}), data)  # one file, one partition: row ids are row positions
+    words = tmp_path / "sensitive.txt"
+    words.write_text("London\nriver\n")
+    argv = ["privacy-risk", "--input", str(data), "--text-column", "text", "--mechanisms", "laplace,santext"]
+    argv += ["--epsilons", "5", "--runs", "8", "--vocab-size", "2000", "--sensitive-words", str(words)]
+    manifests = run_both(tmp_path, argv)
+    a, b = (pq.read_table(tmp_path / e / "risk.parquet") for e in ("spark", "local"))
+    assert a.num_rows == 2 and a.schema == b.schema
+    assert same(a.to_pylist(), b.to_pylist())
+    assert a.column("doc_rows").to_pylist() == [4, 4]  # every row holding london or river
+    assert manifests["spark"]["corpus"] == manifests["local"]["corpus"]

@@ -1,0 +1,143 @@
+"""The local engine (``--engine local``, ``dpspark.local``): privacy-stats and privacy-risk over a
+``LocalBackend`` in this process, no JVM; what it refuses; and that it runs where pyspark cannot be imported.
+Its figures equal Spark's for a seed: tests/spark/test_local_equals_spark.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from refusals import refused
+
+from dpspark import risk
+from dpspark.cli import main
+from dpspark.engine import exact_attack as ea
+from dpspark.engine import nw_sw
+from dpspark.errors import ConfigError, InputDataError
+from dpspark.prepare import prepare_grid
+from dpspark.run.local import LocalBackend
+from dpspark.run.risk import FittedRuns
+from dpspark.stats import plan
+
+pytestmark = pytest.mark.runtime
+
+TEXTS = [
+    "the city is quiet tonight and the river is calm",
+    "call london now to win a prize",
+    "free money for the city of london",
+    "the dog ran home to the river",
+    None,
+    "",
+]
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    d = tmp_path / "corpus"
+    d.mkdir()
+    pq.write_table(pa.table({"text": TEXTS, "n": list(range(len(TEXTS)))}), d / "part-0.parquet")
+    return d
+
+
+def test_the_fitted_attacker_on_the_local_backend_equals_the_numpy_reference(glove, tmp_path):
+    """FittedRuns over the LocalBackend (keep, ship_arrays, run_items in process): every attacker's figures
+    equal ``risk.reidentification`` on the same draws, the model attacker's β included."""
+    from dpspark.config import RiskConfig
+
+    config = RiskConfig.parse(
+        {"text_column": "t", "output": "o", "mechanisms": "laplace,tem", "epsilons": "5", "vocab_size": 2000}
+    )
+    grid = prepare_grid(config, config.settings(), tmp_path / "w")
+    words = "the a of to and going london money free call win prize".split()
+    prior = {glove.word_index[w]: float(100 - 5 * i) for i, w in enumerate(words)}
+    sensitive = {glove.word_index["london"]}
+    backend = LocalBackend("test")
+    ship = backend.ship(grid.write_bundle)
+    items = plan(grid.specs, np.array(sorted(prior)), 20, 5, 10)
+    mechs = grid.mechanisms()
+    runs = FittedRuns(backend, items, b"k" * 16, ship.name, mechs, ea.Corpus.of(prior, sensitive))
+    local, betas = runs.attack({0, 1}, {0}, prior)
+    runs.release()
+    backend.close()
+    assert not Path(ship.name).exists()  # the bundle went with the backend
+    fit = nw_sw.counts([it for it in items if it.block == risk.FIT_HALF], b"k" * 16, mechs)
+    score = nw_sw.counts([it for it in items if it.block == risk.SCORE_HALF], b"k" * 16, mechs)
+    beta = risk.fit_beta(mechs[0].space, {(w, u): c for (t, w, u), c in fit.items() if t == 0})
+    assert betas == {0: beta}
+    reference = risk.reidentification(
+        fit, score, prior, sensitive, model=risk.model_guesses(mechs[0].space, beta, prior, 0)
+    )
+    assert local.keys() == reference.keys() == {0, 1}
+    for key in reference:
+        assert local[key] == pytest.approx(reference[key], nan_ok=True), key
+
+
+def test_privacy_stats_and_risk_run_locally_and_say_so(corpus, tmp_path, capsys):
+    stats = tmp_path / "stats"
+    argv = ["privacy-stats", "--engine", "local", "--output", str(stats), "--mechanisms", "laplace,santext"]
+    argv += ["--epsilons", "5", "--runs", "10", "--words", "20", "--vocab-size", "2000", "--seed", "3"]
+    with pytest.warns(UserWarning, match="seed"):
+        assert main(argv) == 0
+    assert "engine: local" in capsys.readouterr().out
+    manifest = json.loads((stats / "_dpspark_manifest.json").read_text())
+    assert manifest["engine"] == "local" and manifest["status"] == "succeeded"
+    table = pq.read_table(stats / "per_word.parquet").to_pylist()
+    assert len(table) == 2 * 20 and all(r["runs"] == 10 and 0 <= r["nw"] <= 10 and 1 <= r["sw"] <= 10 for r in table)
+    # SanText has a closed form: its Monte Carlo Nw agrees with E[Nw] over the 20 words (K = 10 each)
+    santext = [r for r in table if r["mechanism"] == "santext"]
+    assert sum(r["nw"] for r in santext) == pytest.approx(sum(r["exact_nw"] for r in santext), rel=0.25)
+
+    out = tmp_path / "risk"
+    argv = ["privacy-risk", "--engine", "local", "--input", str(corpus), "--text-column", "text", "--output", str(out)]
+    argv += ["--mechanisms", "laplace,santext", "--epsilons", "5", "--runs", "8", "--vocab-size", "2000"]
+    assert main(argv) == 0
+    assert "engine: local" in capsys.readouterr().out
+    rows = pq.read_table(out / "risk.parquet").to_pylist()
+    assert [r["mechanism"] for r in rows] == ["laplace", "santext"]
+    assert all(0.0 <= r["top1"] <= 1.0 and r["top1_lo"] <= r["top1"] <= r["top1_hi"] for r in rows)
+    assert rows[1]["likelihood"] == "exact (closed form)"
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["engine"] == "local" and manifest["corpus"]["words_measured"] > 10
+
+
+def test_a_command_without_a_local_engine_is_refused(raw, tmp_path, capsys):
+    argv = ["perturb", "--engine", "local", "--input", str(raw), "--output", str(tmp_path / "out")]
+    argv += ["--columns", "text", "--epsilon", "10"]
+    refused(capsys, tmp_path, argv, ConfigError.exit_code, "perturb runs on Spark only", "dpspark[spark]")
+
+
+def test_local_engine_refusals_leave_nothing_behind(raw, tmp_path, capsys, monkeypatch):
+    base = ["privacy-risk", "--engine", "local", "--output", str(tmp_path / "out"), "--epsilons", "5"]
+    refused(capsys, tmp_path, [*base, "--input", str(raw), "--text-column", "body"], InputDataError.exit_code, "'body'")
+    refused(capsys, tmp_path, [*base, "--input", "s3://bucket/x", "--text-column", "text"], 2, "--engine spark")
+    refused(
+        capsys, tmp_path, [*base, "--input", str(raw), "--text-column", "text", "--master", "local[2]"], 2, "--master"
+    )
+    monkeypatch.setattr("dpspark.run.inputs.MAX_BYTES", 100)
+    refused(capsys, tmp_path, [*base, "--input", str(raw), "--text-column", "text"], InputDataError.exit_code, "Spark")
+
+
+def test_without_pyspark_the_default_engine_is_local(corpus, tmp_path):
+    """A machine where pyspark cannot be imported: privacy-risk with no --engine runs locally and says so."""
+    blocker = tmp_path / "nopyspark"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['pyspark'] = None  # as if not installed\n")
+    out = tmp_path / "risk"
+    argv = ["privacy-risk", "--input", str(corpus), "--text-column", "text", "--output", str(out)]
+    argv += ["--mechanisms", "santext", "--epsilons", "3", "--runs", "4", "--vocab-size", "2000", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")])}
+    code = "import sys; from dpspark.cli import main; import pyspark"
+    probe = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0 and "pyspark" in probe.stderr  # the blocker works
+    run = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main(sys.argv[1:]))", *argv]
+    done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "engine: local" in done.stdout
+    assert json.loads((out / "_dpspark_manifest.json").read_text())["engine"] == "local"
