@@ -23,12 +23,11 @@ import pyarrow as pa
 
 from dpspark.config import RiskConfig, StatsConfig
 from dpspark.errors import ConfigError, InputDataError
-from dpspark.prepare import local_writes
 from dpspark.run import risk as run_risk
 from dpspark.run import stats as run_stats
 from dpspark.run.inputs import check_local, read_local
 from dpspark.run.local import LocalBackend
-from dpspark.spark.reports import ReportOutput
+from dpspark.spark.reports import measure_output
 
 LOCAL_COMMANDS = ("privacy-stats", "privacy-risk")
 
@@ -70,15 +69,7 @@ def run_privacy_stats_local(config: StatsConfig) -> dict[str, Any]:
     if not config.output:
         raise ConfigError("output: give the directory for the statistics (--output DIR)")
     check_local(config.corpus)
-    with ReportOutput(
-        None,
-        config.corpus,
-        config.output,
-        config.mode,
-        "statistics",
-        command="privacy-stats",
-        writes=local_writes(config),
-    ) as out:
+    with measure_output(None, config, "privacy-stats") as out:
         backend = LocalBackend(out.run_id)
         try:
             manifest = {**run_stats.measure(backend, config, out.local, started), "engine": "local"}
@@ -94,15 +85,7 @@ def run_privacy_risk_local(config: RiskConfig) -> dict[str, Any]:
     if not config.input:
         raise ConfigError("input: give the corpus (--input PATH)")
     check_local(config.input)
-    with ReportOutput(
-        None,
-        config.input,
-        config.output,
-        config.mode,
-        "risk estimate",
-        command="privacy-risk",
-        writes=local_writes(config),
-    ) as out:
+    with measure_output(None, config, "privacy-risk") as out:
         t0 = time.perf_counter()
         table = read_local(config.input, [config.text_column])
         kind = table.schema.field(config.text_column).type

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpspark.errors import ConfigError, InputDataError, OutputError
+from dpspark.prepare import local_writes
 from dpspark.scratch import scratch_dir
 from dpspark.spark import io
 from dpspark.spark.fs import FileSystem
@@ -185,3 +186,15 @@ class ReportOutput:
                 for name in self._names:
                     self.fs.remove(f"{out}/{name}")
                 raise
+
+
+MEASURES = {"privacy-stats": ("corpus", "statistics"), "privacy-risk": ("input", "risk estimate")}
+
+
+def measure_output(spark: SparkSession | None, config: Any, command: str) -> ReportOutput:
+    """The report output of privacy-stats or privacy-risk (``MEASURES``: the input it reads, what it writes), on
+    either engine: ``spark`` None is the local engine's, through the local file system."""
+    source, what = MEASURES[command]
+    return ReportOutput(
+        spark, getattr(config, source), config.output, config.mode, what, command=command, writes=local_writes(config)
+    )

@@ -12,10 +12,9 @@ from pyspark.sql import types as T
 
 from dpspark.config import RiskConfig
 from dpspark.errors import ConfigError, InputDataError
-from dpspark.prepare import local_writes
 from dpspark.run import risk as run_risk
 from dpspark.spark import io
-from dpspark.spark.reports import ReportOutput
+from dpspark.spark.reports import measure_output
 from dpspark.spark.session import get_session
 from dpspark.spark.sparkbackend import SparkBackend
 
@@ -41,15 +40,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
     if df is None and not config.input:
         raise ConfigError("input: give the corpus (--input PATH)")
     spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
-    with ReportOutput(
-        spark,
-        config.input,
-        config.output,
-        config.mode,
-        "risk estimate",
-        command="privacy-risk",
-        writes=local_writes(config),
-    ) as out:
+    with measure_output(spark, config, "privacy-risk") as out:
         t0 = time.perf_counter()
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)

@@ -218,7 +218,33 @@ class SparkBackend:
         runs: int,
         job_key: bytes,
     ) -> dict[int, tuple[list[float], bool]]:
-        return doc_exposures(data, column, index, sensitive, bundle, settings, runs, job_key)
+        """Per setting: the exposure of every row holding a sensitive word (``risk.doc_exposure``), computed
+        on the executors from the shipped bundle's mechanisms, and whether it is exact. A row's draws come
+        from ``batch_generator(key, row id, setting)`` under a key of their own (derived from ``job_key``), the
+        row id ``monotonically_increasing_id`` (stable for the same input files). Only the exposures (numbers
+        per row, no text) reach the driver."""
+
+        def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            mechs = resources.resources(bundle).mechanisms()
+            for b in batches:
+                texts, ids = decode_strings(b.column(0))[0], b.column(1).to_pylist()
+                out = doc_exposure_rows(texts, ids, index, sensitive, mechs, settings, runs, job_key)
+                yield pa.RecordBatch.from_pydict(
+                    {
+                        "setting": pa.array(out["setting"], pa.int64()),
+                        "exposure": pa.array(out["exposure"], pa.float64()),
+                        "exact": pa.array(out["exact"], pa.bool_()),
+                    }  # fmt: skip
+                )
+
+        fields = [
+            T.StructField("setting", T.LongType()),
+            T.StructField("exposure", T.DoubleType()),
+            T.StructField("exact", T.BooleanType()),
+        ]
+        text = data.select(F.col(quote(column)), F.monotonically_increasing_id().alias("__row"))
+        found = map_in_arrow(text, rows, fields).collect()
+        return doc_exposures_of([{k: [r[k] for r in found] for k in ("setting", "exposure", "exact")}], settings)
 
 
 # --- the field's text metrics, on the executors -------------------------------------------------------
@@ -268,49 +294,7 @@ def text_metric_sums(
     return np.array([row[n] or 0.0 for n in names], dtype=np.float64)
 
 
-# --- privacy-risk's per-document exposure, on the executors ----------------------------------------------
-
-
 def shuffle_settings(spark: SparkSession) -> dict[str, str]:
     """Few shuffle partitions: the count tables are small (words × distinct outputs), and Spark's
     default of 200 makes every stage of the attack hundreds of tasks."""
     return {"spark.sql.shuffle.partitions": str(max(4, 2 * backend.cores(spark)))}
-
-
-def doc_exposures(
-    df: DataFrame,
-    column: str,
-    index: dict[str, int],
-    sensitive: set[int],
-    bundle: str,
-    settings: list[int],
-    runs: int,
-    job_key: bytes,
-) -> dict[int, tuple[list[float], bool]]:
-    """Per setting: the exposure of every row holding a sensitive word (``risk.doc_exposure``), computed
-    on the executors from the shipped bundle's mechanisms, and whether it is exact. A row's draws come
-    from ``batch_generator(key, row id, setting)`` under a key of their own (derived from ``job_key``), the
-    row id ``monotonically_increasing_id`` (stable for the same input files). Only the exposures (numbers
-    per row, no text) reach the driver."""
-
-    def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        mechs = resources.resources(bundle).mechanisms()
-        for b in batches:
-            texts, ids = decode_strings(b.column(0))[0], b.column(1).to_pylist()
-            out = doc_exposure_rows(texts, ids, index, sensitive, mechs, settings, runs, job_key)
-            yield pa.RecordBatch.from_pydict(
-                {
-                    "setting": pa.array(out["setting"], pa.int64()),
-                    "exposure": pa.array(out["exposure"], pa.float64()),
-                    "exact": pa.array(out["exact"], pa.bool_()),
-                }  # fmt: skip
-            )
-
-    fields = [
-        T.StructField("setting", T.LongType()),
-        T.StructField("exposure", T.DoubleType()),
-        T.StructField("exact", T.BooleanType()),
-    ]
-    text = df.select(F.col(quote(column)), F.monotonically_increasing_id().alias("__row"))
-    found = map_in_arrow(text, rows, fields).collect()
-    return doc_exposures_of([{k: [r[k] for r in found] for k in ("setting", "exposure", "exact")}], settings)

@@ -14,9 +14,8 @@ from pyspark.sql import SparkSession
 
 from dpspark.config import StatsConfig
 from dpspark.errors import ConfigError
-from dpspark.prepare import local_writes
 from dpspark.run import stats as run_stats
-from dpspark.spark.reports import ReportOutput
+from dpspark.spark.reports import measure_output
 from dpspark.spark.session import get_session
 from dpspark.spark.sparkbackend import SparkBackend
 
@@ -29,15 +28,7 @@ def run_privacy_stats(config: StatsConfig, spark: SparkSession | None = None) ->
     if not config.output:
         raise ConfigError("output: give the directory for the statistics (--output DIR)")
     spark = spark or get_session(config.master, remote=config.remote)
-    with ReportOutput(
-        spark,
-        config.corpus,
-        config.output,
-        config.mode,
-        "statistics",
-        command="privacy-stats",
-        writes=local_writes(config),
-    ) as out:
+    with measure_output(spark, config, "privacy-stats") as out:
         manifest = {**run_stats.measure(SparkBackend(spark, out.run_id), config, out.local, started), "engine": "spark"}
         out.commit(manifest)
     event = {"event": "privacy_stats_finished", "draws": manifest["draws"], "duration_s": manifest["duration_s"]}
