@@ -7,6 +7,10 @@ in-process rate of the same draws per ε split into noise and search.
     python bench/bench_stats.py [--words 10000] [--epsilons 5,10,20] [--lambdas 0,1]
     python bench/bench_stats.py --baseline /tmp/base [--pairs 1]   # against another checkout
     python bench/bench_stats.py --smoke   # a few seconds, to check that it runs
+    python bench/bench_stats.py --engines spark,local --pairs 3   # Spark (local[2]) against the local engine
+
+With --engines spark,local the same job runs alternately on Spark and on the local engine (``--engine local``:
+this process, no JVM, one task at a time), and the medians and their ratio are printed.
 
 With --baseline (a git worktree of an earlier commit), the job runs alternately from this tree
 and from the baseline (``PYTHONPATH=<baseline>``, same interpreter and libraries), and the
@@ -58,13 +62,13 @@ for eps in {epsilons}:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def run_job(a, tree: Path | None) -> tuple[dict, float]:
+def run_job(a, tree: Path | None, engine: str = "spark") -> tuple[dict, float]:
     with tempfile.TemporaryDirectory(prefix="dpspark-bench-") as tmp:
         out = Path(tmp) / "stats"
         cmd = [sys.executable, "-c", "import sys; from dpspark.cli import main; sys.exit(main())"]
         cmd += ["privacy-stats", "--output", str(out), "--words", str(a.words), "--runs", str(a.runs)]
         cmd += ["--epsilons", a.epsilons, "--lambdas", a.lambdas, "--vocab-size", str(a.vocab_size)]
-        cmd += ["--master", "local[2]"]
+        cmd += ["--master", "local[2]"] if engine == "spark" else ["--engine", "local"]
         env = {**os.environ, **({"PYTHONPATH": str(tree)} if tree else {})}
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree or HERE.parent)
@@ -82,6 +86,7 @@ def main() -> None:
     ap.add_argument("--lambdas", default="0,1")
     ap.add_argument("--baseline", type=Path, help="a checkout (git worktree) to compare with")
     ap.add_argument("--pairs", type=int, default=1)
+    ap.add_argument("--engines", default="spark", help="spark, local, or spark,local side by side (this tree)")
     ap.add_argument("--vocab-size", type=int, default=50_000)
     ap.add_argument("--smoke", action="store_true", help="a few seconds: 200 words x K=5, one ε and λ, 5,000 words")
     a = ap.parse_args()
@@ -91,15 +96,17 @@ def main() -> None:
     lams = a.lambdas.split(",")
     draws = a.words * a.runs * len(eps) * len(lams)
     print(
-        f"== privacy-stats, local[2]: {a.words:,} words x K={a.runs} x {len(lams)} lambda x {len(eps)} epsilon "
+        f"== privacy-stats ({a.engines}): {a.words:,} words x K={a.runs} x {len(lams)} lambda x {len(eps)} epsilon "
         f"= {draws:,} draws, vocabulary {a.vocab_size:,}, exact search"
     )
     print(f"CPU: {cpu_line()}")
-    trees = [("this tree", None)] + ([("baseline", a.baseline)] if a.baseline else [])
-    walls: dict[str, list[float]] = {name: [] for name, _ in trees}
+    engines = a.engines.split(",")
+    trees = [("this tree", None, e) for e in engines] + ([("baseline", a.baseline, "spark")] if a.baseline else [])
+    trees = [(name if len(engines) == 1 else f"{engine} engine", tree, engine) for name, tree, engine in trees]
+    walls: dict[str, list[float]] = {name: [] for name, _, _ in trees}
     for p in range(a.pairs):
-        for name, tree in trees if p % 2 == 0 else trees[::-1]:
-            m, wall = run_job(a, tree)
+        for name, tree, engine in trees if p % 2 == 0 else trees[::-1]:
+            m, wall = run_job(a, tree, engine)
             t = m["timings"]
             walls[name].append(t["statistics_s"])
             print(
@@ -110,6 +117,13 @@ def main() -> None:
     if a.baseline:
         new, base = statistics.median(walls["this tree"]), statistics.median(walls["baseline"])
         print(f"  medians of {a.pairs}: statistics {base:.1f} s (baseline) -> {new:.1f} s = {base / new:.2f}x faster")
+    if len(engines) > 1:
+        medians = {e: statistics.median(walls[f"{e} engine"]) for e in engines}
+        first, second = engines[:2]
+        print(
+            f"  medians of {a.pairs}: statistics {medians[first]:.1f} s ({first}) vs {medians[second]:.1f} s "
+            f"({second}): {first} / {second} = {medians[first] / medians[second]:.2f}"
+        )
     print("== what dominates (one core, in process, dpspark's default index, 50 words x K=100, lambda=1)")
     one_core_split(eps, 1.0, a.vocab_size, warm=20 if a.smoke else 1000)
 
