@@ -11,7 +11,8 @@ points and symbolic links followed. Overlap checks compare those.
 Spark Connect has no JVM on the client. There, paths are the client's local paths
 (absolute, symbolic links resolved), which is what a local Connect server reads; a
 remote server's file systems are out of reach of the client, and the overlap check
-then compares the paths as given.
+then compares the paths as given. The local engine (``dpspark.local``: no session, ``FileSystem(None)``)
+works the same way on this machine's files. This module imports no pyspark at run time.
 """
 
 from __future__ import annotations
