@@ -596,10 +596,10 @@ def main(argv: list[str] | None = None) -> int:
         from dpspark import preflight
 
         preflight.check(command, c)  # a local input's path and columns, before Spark starts
-        if command not in ("privacy-stats", "privacy-risk") and hasattr(c, "engine"):
+        if hasattr(c, "engine"):  # a command without a local engine refuses one here, before any work
             from dpspark import local
 
-            local.engine_for(command, c)  # the local engine runs these two only: the others refuse it here
+            local.engine_for(command, c)
         with warnings.catch_warnings():
             if c.quiet:
                 warnings.simplefilter("ignore")

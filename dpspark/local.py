@@ -70,11 +70,8 @@ def run_privacy_stats_local(config: StatsConfig) -> dict[str, Any]:
         raise ConfigError("output: give the directory for the statistics (--output DIR)")
     check_local(config.corpus)
     with measure_output(None, config, "privacy-stats") as out:
-        backend = LocalBackend(out.run_id)
-        try:
+        with LocalBackend(out.run_id) as backend:
             manifest = {**run_stats.measure(backend, config, out.local, started), "engine": "local"}
-        finally:
-            backend.close()
         out.commit(manifest)
     return manifest
 
@@ -94,11 +91,8 @@ def run_privacy_risk_local(config: RiskConfig) -> dict[str, Any]:
                 f"text column {config.text_column!r} has type {kind}, expected string: cast it, or name the text "
                 "column with --text-column"
             )
-        backend = LocalBackend(out.run_id)
-        try:
+        with LocalBackend(out.run_id) as backend:
             manifest = {**run_risk.assess(backend, config, table, out.local, started, t0), "engine": "local"}
-        finally:
-            backend.close()
         out.commit(manifest)
     return manifest
 

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -305,3 +306,18 @@ class TextPerturber:
     def perturb_texts(self, texts: list[str | None], rng: np.random.Generator) -> list[str | None]:
         """Convenience for plain Python lists (tests, notebooks)."""
         return self.perturb_array(pa.array(texts, type=pa.string()), rng)[0].to_pylist()
+
+
+def count_tokens(texts: pa.ChunkedArray | pa.Array) -> Counter[str]:
+    """Token → occurrences over ``texts`` (dpspark's tokenizer; nulls and empty strings count nothing): what a
+    task counts of its partition, and the local engine of a whole column."""
+    counts: Counter[str] = Counter()
+    for chunk in texts.chunks if isinstance(texts, pa.ChunkedArray) else [texts]:
+        counts.update(t for s in decode_strings(chunk)[0] if s for t in tokenize(s)[0])
+    return counts
+
+
+def most_frequent(counts: Mapping[str, int], words: Mapping[str, int], size: int) -> list[str]:
+    """The ``size`` most frequent tokens of ``counts`` that are in ``words``, ties by the token (a corpus-derived
+    vocabulary: data-dependent, published by the output)."""
+    return sorted((t for t in counts if t in words), key=lambda t: (-counts[t], t))[:size]

@@ -29,7 +29,7 @@ from dpspark.progress import Progress
 from dpspark.run.inputs import read_local
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.scratch import scratch_dir
-from dpspark.text import decode_strings, tokenize
+from dpspark.text import count_tokens, decode_strings, most_frequent
 
 log = logging.getLogger("dpspark")
 
@@ -65,36 +65,25 @@ class LocalKept:
         self.payloads = payloads
 
     def update(self, work: Callable[[int, bytes], bytes], progress: Progress | None = None) -> LocalKept:
-        return LocalKept(_each(range(len(self.payloads)), lambda i: [work(i, self.payloads[i])], progress)[1])
+        return LocalKept([p for _, p in _each(len(self.payloads), lambda i: [work(i, self.payloads[i])], progress)])
 
     def collect(
         self, work: Callable[[int, bytes], list[bytes]], progress: Progress | None = None
     ) -> list[tuple[int, bytes]]:
-        return _each(range(len(self.payloads)), lambda i: work(i, self.payloads[i]), progress)[0]
+        return _each(len(self.payloads), lambda i: work(i, self.payloads[i]), progress)
 
     def release(self) -> None:
         self.payloads = []
 
 
-def _each(
-    indices: range, work: Callable[[int], list[bytes]], progress: Progress | None
-) -> tuple[list[tuple[int, bytes]], list[bytes]]:
-    """(index, payload) of every payload ``work(i)`` returns, and the payloads alone, with progress."""
+def _each(n: int, work: Callable[[int], list[bytes]], progress: Progress | None) -> list[tuple[int, bytes]]:
+    """(i, payload) of every payload ``work(i)`` returns, i = 0 … n − 1 in order, with progress."""
     out: list[tuple[int, bytes]] = []
-    for done, i in enumerate(indices, 1):
+    for i in range(n):
         out += [(i, p) for p in work(i)]
         if progress is not None:
-            progress.report(done, done / max(len(indices), 1))
-    return out, [p for _, p in out]
-
-
-def count_tokens(texts: pa.ChunkedArray | pa.Array) -> Counter[str]:
-    """Token → occurrences over ``texts`` (dpspark's tokenizer; nulls and empty strings count nothing)."""
-    counts: Counter[str] = Counter()
-    chunks = texts.chunks if isinstance(texts, pa.ChunkedArray) else [texts]
-    for chunk in chunks:
-        counts.update(t for s in decode_strings(chunk)[0] if s for t in tokenize(s)[0])
-    return counts
+            progress.report(i + 1, (i + 1) / n)
+    return out
 
 
 class LocalBackend:
@@ -125,10 +114,16 @@ class LocalBackend:
         return shipment
 
     def close(self) -> None:
-        """Remove every bundle and array this backend wrote."""
+        """Remove every bundle and array this backend wrote (``with LocalBackend(...)`` does it)."""
         for s in self.shipments:
             s.close()
         self.shipments = []
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def rows(self, data: pa.Table) -> int:
         return data.num_rows
@@ -151,10 +146,10 @@ class LocalBackend:
         self, items: Sequence[Any], work: Callable[[Any], list[bytes]], progress: Progress | None = None
     ) -> list[tuple[int, bytes]]:
         items = list(items)
-        return _each(range(len(items)), lambda i: work(items[i]), progress)[0]
+        return _each(len(items), lambda i: work(items[i]), progress)
 
     def keep(self, items: Sequence[Any], draw: Callable[[int], bytes], progress: Progress | None = None) -> LocalKept:
-        return LocalKept(_each(range(len(items)), lambda i: [draw(i)], progress)[1])
+        return LocalKept([p for _, p in _each(len(items), lambda i: [draw(i)], progress)])
 
     def nw_sw(self, items: list[Any], job_key: bytes, bundle: str) -> dict:
         progress = Progress("privacy-stats", len(items), "items")
@@ -186,5 +181,4 @@ class LocalBackend:
         counts: Counter[str] = Counter()
         for col in columns:
             counts.update(count_tokens(table.column(col)))
-        ranked = sorted((t for t in counts if t in in_vocabulary), key=lambda t: (-counts[t], t))
-        return ranked[:size]
+        return most_frequent(counts, in_vocabulary, size)

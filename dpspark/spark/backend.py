@@ -7,7 +7,7 @@ It goes through DataFrames only (``mapInArrow``), so it runs the same on classic
 through Spark Connect. On classic Spark a watcher reads the job's finished tasks from the status
 tracker and reports them (``dpspark.progress``); Connect reports when the job ends.
 
-Partials travel as ``pack``-ed numpy arrays (``np.save`` one after another, no pickle).
+Partials travel as ``dpspark.run.backend.pack``-ed numpy arrays (``np.save`` one after another, no pickle).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from pyspark.sql import types as T
 from dpspark.arrow import numbers
 from dpspark.engine import nw_sw
 from dpspark.progress import Progress, watching
-from dpspark.run.backend import pack, unpack  # noqa: F401 - the partials' wire format, re-used by the tasks
 from dpspark.spark import resources
 from dpspark.spark.session import is_connect
 from dpspark.stats import WorkItem

@@ -26,7 +26,7 @@ from dpspark.scratch import scratch_dir
 from dpspark.spark import resources
 from dpspark.spark.release import check_stream, run_release
 from dpspark.spark.transform import count_columns, perturb, quote, token_counts
-from dpspark.text import COUNT_NAMES
+from dpspark.text import COUNT_NAMES, most_frequent
 
 # PerturbConfig fields that only a written release uses: perturb_text refuses them (dpspark.release takes them).
 RELEASE_ONLY = ("output", "output_table", "table_format", "mode", "partition", "allow_rerelease")
@@ -57,9 +57,7 @@ def check_columns(df: DataFrame, config: PerturbConfig, hidden: list[str] | None
 
 def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedded: dict[str, int]) -> list[str]:
     """The ``size`` most frequent embedded tokens of the corpus: data-dependent, published by the output."""
-    counts = token_counts(df, *columns)
-    ranked = sorted((t for t in counts if t in embedded), key=lambda t: (-counts[t], t))
-    return ranked[:size]
+    return most_frequent(token_counts(df, *columns), embedded, size)
 
 
 def corpus_too_short(c: PerturbConfig, words: int, embeddings: str, needed: int) -> VocabularyTooSmallError:

@@ -30,7 +30,7 @@ from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
 from dpspark.spark.resources import resources
-from dpspark.text import COLUMN_TYPES, COUNT_NAMES, TextPerturber, decode_strings, tokenize
+from dpspark.text import COLUMN_TYPES, COUNT_NAMES, TextPerturber, count_tokens, decode_strings, tokenize
 
 
 def quote(name: str) -> str:
@@ -74,7 +74,7 @@ def token_counts(df: DataFrame, *columns: str) -> dict[str, int]:
         counts: Counter[str] = Counter()
         for b in batches:
             for col in columns:
-                counts.update(t for s in decode_strings(b.column(col))[0] if s for t in tokenize(s)[0])
+                counts.update(count_tokens(b.column(col)))
         yield pa.RecordBatch.from_pydict(
             {"token": strings(list(counts)), "count": pa.array(list(counts.values()), pa.int64())}
         )
