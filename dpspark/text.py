@@ -40,6 +40,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,7 @@ from dpspark.embeddings import WordRows
 
 if TYPE_CHECKING:
     from dpspark.mechanisms.base import WordMechanism
+    from dpspark.units import Allocated
 
 OOV_POLICIES = ("unk", "random", "drop", "keep")
 LAYOUTS = ("single", "lines", "keep")
@@ -160,6 +162,18 @@ def decode_strings(array: pa.Array) -> tuple[list[str | None], np.ndarray]:
     return texts, invalid
 
 
+@dataclass(frozen=True)
+class Split:
+    """One string array tokenized (``TextPerturber.split``): its type, decoded texts, which rows were not valid
+    UTF-8, each row's (tokens, gaps) (None: a null) and its number of tokens."""
+
+    type: pa.DataType
+    texts: list[str | None]
+    invalid: np.ndarray
+    parts: list[tuple[list[str], list[str]] | None]
+    lengths: np.ndarray
+
+
 class TextPerturber:
     """Applies a WordMechanism to every token of string arrays.
 
@@ -191,11 +205,27 @@ class TextPerturber:
         self.oov, self.oov_token, self.layout = oov, oov_token, layout
         self.vocab_words = words.take(mechanism.vocab_rows)
 
-    def perturb_array(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, np.ndarray]:
-        """Perturb one string array.
+    def split(self, array: pa.Array) -> Split:
+        """One string array tokenized (``perturb_array``'s first step): its tokens per row, which a privacy
+        unit's allocation counts (``Split.lengths``) before the draws."""
+        texts, invalid = decode_strings(array)
+        parts: list[tuple[list[str], list[str]] | None] = [
+            None if t is None else ([t], ["", ""]) if bad else tokenize(t) for t, bad in zip(texts, invalid)
+        ]
+        lengths = np.array([len(s[0]) if s is not None else 0 for s in parts], dtype=np.int64)
+        return Split(array.type, texts, invalid, parts, lengths)
+
+    def perturb_array(
+        self, array: pa.Array | Split, rng: np.random.Generator, allocated: Allocated | None = None
+    ) -> tuple[pa.Array, np.ndarray]:
+        """Perturb one string array (or its ``split``).
 
         Rows that are not valid UTF-8 become one out-of-vocabulary token each (under
         ``keep``: their bytes decoded with replacement characters).
+
+        ``allocated``: a privacy unit's allocation of this array's tokens, in order (``dpspark.units``):
+        token i is drawn at its own εᵢ (``WordMechanism.sample_at``), and a token over the unit's cap is
+        released as the placeholder (``oov_token``) whatever it is. None: every token at the mechanism's ε.
 
         Returns:
             (new array of the same type, per-row counts: an (n_rows × 2) int64 array with
@@ -203,20 +233,27 @@ class TextPerturber:
             The counts are read off the output text alone, so publishing them adds
             nothing to what the released text shows: ``tokens`` = whitespace-separated
             tokens of the output row, ``placeholders`` = those equal to ``oov_token``
-            under the ``unk`` policy (0 otherwise). No count of replaced or OOV input
+            under the ``unk`` policy or a cap (0 otherwise). No count of replaced or OOV input
             tokens is made: it would reveal what the output hides.
         """
-        texts, invalid = decode_strings(array)
-        split: list[tuple[list[str], list[str]] | None] = [
-            None if t is None else ([t], ["", ""]) if bad else tokenize(t) for t, bad in zip(texts, invalid)
-        ]
-        lengths = np.array([len(s[0]) if s is not None else 0 for s in split], dtype=np.int64)
+        prepared = array if isinstance(array, Split) else self.split(array)
+        texts, invalid, split, lengths = prepared.texts, prepared.invalid, prepared.parts, prepared.lengths
         tokens = list(chain.from_iterable(s[0] for s in split if s is not None))
         rows = self.words.rows(tokens)
         known = (rows >= 0) & ~np.repeat(invalid, lengths)
+        capped = None
+        if allocated is not None:
+            if allocated.drawn.shape != (len(tokens),):
+                raise ValueError(f"an allocation of {allocated.drawn.size} tokens for an array of {len(tokens)}")
+            capped = ~allocated.drawn
+            known &= allocated.drawn
 
         out = np.empty(len(tokens), dtype=object)
-        out[known] = self.vocab_words[self.mechanism.perturb_rows(rows[known], rng)]
+        if allocated is None:
+            out[known] = self.vocab_words[self.mechanism.perturb_rows(rows[known], rng)]
+        else:
+            out[known] = self.vocab_words[self.mechanism.sample_at(rows[known], allocated.epsilons[known], rng)]
+            known |= capped  # over the cap: the placeholder below, under any policy
         n_oov = int((~known).sum())
         if n_oov:
             if self.oov == "unk":
@@ -228,6 +265,8 @@ class TextPerturber:
             else:  # drop: marked None, left out by assemble
                 out[~known] = None
 
+        if capped is not None:
+            out[capped] = self.oov_token
         result: list[str | None] = []
         per_row = np.zeros((len(texts), len(COUNT_NAMES)), dtype=np.int64)
         pos = 0
@@ -240,9 +279,9 @@ class TextPerturber:
             result.append(text)
             fields = text.split()
             per_row[r, 0] = len(fields)
-            if self.oov == "unk":
+            if self.oov == "unk" or capped is not None:
                 per_row[r, 1] = fields.count(self.oov_token)
-        return strings(result, array.type), per_row
+        return strings(result, prepared.type), per_row
 
     @property
     def text_level(self) -> bool:

@@ -35,7 +35,7 @@ import numpy as np
 from dpspark import cachekey, params
 from dpspark._pydantic import BaseModel, Field, validator
 from dpspark.mechanisms.labels import axis_order, series_label, show
-from dpspark.mechanisms.sampling import sample_noise
+from dpspark.mechanisms.sampling import sample_noise, token_epsilons
 
 log = logging.getLogger("dpspark")
 
@@ -70,6 +70,9 @@ DISTANCE_ENTRIES = 2**24
 DISTANCE_TILE_BYTES = 2**20
 # Tiles start at multiples of this many words (the exponential sampler's chunks, summed per tile).
 TILE_ALIGN = 256
+# ``WordMechanism.at`` keeps the samplers of at most this many other ε (a batch of documents under the
+# ``scale`` allocation has one ε per distinct document length).
+AT_KEPT = 256
 
 
 def _digest_path(path: Path) -> Path:
@@ -388,6 +391,37 @@ class WordMechanism(ABC):
     def perturb_rows(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """``sample`` under the name the text layer calls."""
         return self.sample(rows, rng)
+
+    def at(self, epsilon: float) -> WordMechanism:
+        """This mechanism at another ε, over the same space and with the spec's other parameters: the sampler
+        ``sample_at`` draws a token of that ε with. Built once per ε and kept (at most AT_KEPT of them)."""
+        epsilon = float(epsilon)
+        if epsilon == self.epsilon:
+            return self
+        kept: dict[float, WordMechanism] = self.__dict__.setdefault("_at", {})
+        if epsilon not in kept:
+            if len(kept) >= AT_KEPT:
+                kept.clear()
+            kept[epsilon] = self.spec.copy(update={"epsilon": params.epsilon_value(epsilon)}).build(self.space)
+        return kept[epsilon]
+
+    def sample_at(self, rows: np.ndarray, epsilons: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One output per token, token i drawn at its own εᵢ (a privacy unit's allocation, ``dpspark.units``)
+        with the law ``sample`` has at εᵢ: positions in W, as ``sample``.
+
+        By default the tokens of each distinct ε go to ``at(ε).sample`` together (the distinct ε in
+        ascending order); with one ε for all, that is ``sample`` at it. A mechanism that draws its noise at
+        an ε per token in one pass (the noise family) overrides it.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        values, which = np.unique(token_epsilons(rows, epsilons), return_inverse=True)
+        if len(values) == 1:
+            return self.at(values[0]).sample(rows, rng)
+        out = np.empty(rows.size, dtype=np.int64)
+        for k, epsilon in enumerate(values):
+            chosen = which == k
+            out[chosen] = self.at(epsilon).sample(rows[chosen], rng)
+        return out
 
     def sample_copies(self, rows: np.ndarray, copies: int, rng: np.random.Generator) -> np.ndarray:
         """``copies`` independent outputs per row: an (n × copies) array of positions in W."""

@@ -24,7 +24,7 @@ from dpspark._pydantic import Field, validator
 from dpspark.mechanisms.base import UNITS, MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.geometry import Geometry, check_lambda, geometry
 from dpspark.mechanisms.labels import LEGACY_COLUMN
-from dpspark.mechanisms.sampling import sample_noise
+from dpspark.mechanisms.sampling import sample_noise, token_epsilons
 
 CHUNK = 8192
 
@@ -45,11 +45,20 @@ class NoiseMechanism(WordMechanism):
         Works in chunks of CHUNK tokens: large enough for efficient BLAS calls, small
         enough that the noise and the noisy points stay in cache.
         """
+        return self._sample(rows, self.epsilon, rng)
+
+    def sample_at(self, rows: np.ndarray, epsilons: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """As ``sample``, token i's noise drawn at its own εᵢ (radius Gamma(d, 1/εᵢ)) in the same pass: with
+        equal εᵢ, the draws of ``sample`` at that ε."""
+        return self._sample(rows, token_epsilons(rows, epsilons), rng)
+
+    def _sample(self, rows: np.ndarray, epsilon: float | np.ndarray, rng: np.random.Generator) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64)
         out = np.empty(rows.size, dtype=np.int64)
         for start in range(0, rows.size, CHUNK):
             part = rows[start : start + CHUNK]
-            noisy = sample_noise(len(part), self.dim, self.epsilon, rng, self.a)
+            eps = epsilon if np.ndim(epsilon) == 0 else epsilon[start : start + CHUNK]  # type: ignore[index]
+            noisy = sample_noise(len(part), self.dim, eps, rng, self.a)
             noisy += self.vectors[part]
             out[start : start + CHUNK] = self.space.index.query(noisy)
         return out

@@ -37,7 +37,7 @@ from dpspark.errors import ConfigError
 from dpspark.mechanisms.base import MechanismSpec, Space, WordMechanism
 from dpspark.mechanisms.geometry import check_lambda
 from dpspark.mechanisms.noise import CHUNK, _NoiseSpec, prepare_rm, rm_matrix
-from dpspark.mechanisms.sampling import sample_noise
+from dpspark.mechanisms.sampling import sample_noise, token_epsilons
 
 
 def choose_first(r1: np.ndarray, r2: np.ndarray, t: float, u: np.ndarray) -> np.ndarray:
@@ -70,6 +70,13 @@ class VickreySampler(WordMechanism):
         The noise is drawn chunk by chunk exactly as ``NoiseMechanism.sample`` draws it, and
         the uniforms after all of it: with the same generator, t = 0 returns what CMP returns.
         """
+        return self._sample(rows, self.epsilon, rng)
+
+    def sample_at(self, rows: np.ndarray, epsilons: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """As ``sample``, token i's noise drawn at its own εᵢ in the same pass (t does not depend on ε)."""
+        return self._sample(rows, token_epsilons(rows, epsilons), rng)
+
+    def _sample(self, rows: np.ndarray, epsilon: float | np.ndarray, rng: np.random.Generator) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64)
         if self.space.size == 1:
             return np.zeros(rows.size, dtype=np.int64)
@@ -77,7 +84,8 @@ class VickreySampler(WordMechanism):
         r1, r2 = np.empty(rows.size), np.empty(rows.size)
         for start in range(0, rows.size, CHUNK):
             part = rows[start : start + CHUNK]
-            noisy = sample_noise(len(part), self.dim, self.epsilon, rng, self.a)
+            eps = epsilon if np.ndim(epsilon) == 0 else epsilon[start : start + CHUNK]  # type: ignore[index]
+            noisy = sample_noise(len(part), self.dim, eps, rng, self.a)
             noisy += self.vectors[part]
             s = slice(start, start + len(part))
             first[s], second[s], r1[s], r2[s] = self.best_two(noisy)

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from peer_mistakes import (
     MldpTem,
@@ -73,6 +74,7 @@ from peer_mistakes import (
 )
 from scipy import stats
 
+from dpspark import units
 from dpspark.embeddings import select_vocabulary
 from dpspark.errors import ConfigError
 from dpspark.mechanisms import CHUNK, REGISTRY, Space, WordMechanism, parse, sample_noise
@@ -80,6 +82,7 @@ from dpspark.mechanisms import truncated_gumbel as tg
 from dpspark.mechanisms.base import show
 from dpspark.mechanisms.noise import rm_matrix
 from dpspark.mechanisms.stopwords import ENGLISH_STOP_WORDS
+from dpspark.text import TextPerturber
 
 pytestmark = pytest.mark.statistical
 
@@ -1069,3 +1072,118 @@ def test_truncated_gumbel_catches_the_mldp_scale(build, glove, space):
         f"\n{caught.value.args[0]}\nMLDP b at ε = 1, 5, 10: {np.round(scales, 4).tolist()}; draws at ε = 1 "
         f"against the law at ε = 10: χ² p = {np.round(figures['p'], 4).tolist()} (ε-independent)"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Privacy units: each token drawn at its own share of its unit's budget (dpspark.units, WordMechanism.sample_at)
+
+UNIT_LENGTHS = (5, 20, 80)
+UNIT_TOKENS = 48_000  # tokens per unit length in the one batch
+UNIT_WORDS = ("paris", "guitar")  # a unit's tokens alternate between them
+UNIT_CAP = 10
+
+
+def unit_batch(glove, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One batch of units of UNIT_LENGTHS tokens (UNIT_TOKENS tokens of each length, the units in a random
+    order): (units' lengths, each token's row, each token's unit length)."""
+    lengths = np.random.default_rng(seed).permutation(
+        np.concatenate([np.full(UNIT_TOKENS // n, n) for n in UNIT_LENGTHS])
+    )
+    position = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return lengths, rows_of(glove, UNIT_WORDS)[position % 2], np.repeat(lengths, lengths)
+
+
+def _unit_budget(name: str) -> float:
+    """E = 20·ε₀ (ε₀ the case's first ε): the units' tokens get 4ε₀, ε₀ and ε₀/4."""
+    return 20.0 * CASES[name].epsilons[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in REGISTRY if n in CASES and CASES[n].closed_form])
+def test_unit_tokens_follow_the_closed_form_at_their_share(name, build, glove):
+    """The exponential, group, rank and document families: one batch of units of 5, 20 and 80 tokens under
+    ``scale`` at one E, drawn by ``sample_at``; each length's draws of each word pass the χ² against the closed
+    form at E/n (built at that ε, not by the sampler under test). Power: the same counts against E/n × WRONG
+    (added over lengths and words), and the units of 5 against the law at the units of 20's ε."""
+    budget = _unit_budget(name)
+    lengths, rows, unit_length = unit_batch(glove, SEED + 7)
+    allocated = units.allocate(lengths, budget, units.Allocation())
+    mechanism = build(name, CASES[name].epsilons[0])
+    out = mechanism.sample_at(rows, allocated.epsilons, rng_for("unit", name))
+    words = rows_of(glove, UNIT_WORDS)
+    wrong_stats, swapped = [], []
+    for n in UNIT_LENGTHS:
+        chosen = unit_length == n
+        np.testing.assert_array_equal(allocated.epsilons[chosen], budget / n)
+        counts = np.stack([np.bincount(out[chosen & (rows == w)], minlength=VOCABULARY) for w in words])
+        label = f"{name} E={budget:g} unit of {n} (ε = {budget / n:g})"
+        figures = check_chi2(counts, build(name, budget / n).distribution(words), label)
+        wrong_stats += [
+            pooled_chisquare(c, p) for c, p in zip(counts, build(name, WRONG * budget / n).distribution(words))
+        ]
+        if n == UNIT_LENGTHS[0]:
+            other = build(name, budget / UNIT_LENGTHS[1]).distribution(words)
+            swapped = [pooled_chisquare(c, p) for c, p in zip(counts, other)]
+        print(f"\n{label}: χ² p = {np.round(figures['p'], 4).tolist()} bins {figures['bins']}")
+    power = _chi2_sf(sum(s for s, _ in wrong_stats), sum(k for _, k in wrong_stats))
+    swap = _chi2_sf(sum(s for s, _ in swapped), sum(k for _, k in swapped))
+    assert power < POWER_ALPHA, f"{name}: no power against E/n × {WRONG}: p = {power:.3g}"
+    assert swap < POWER_ALPHA, f"{name}: the units of 5 are not told from the units of 20: p = {swap:.3g}"
+    print(f"{name}: power against E/n × {WRONG}: p = {power:.3g}; units of 5 against ε of 20: p = {swap:.3g}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _noise_family())
+def test_unit_noise_is_drawn_at_each_tokens_share(name, build, space, glove):
+    """The noise family: ``sample_at`` is draw for draw nearest(φ(w) + noise at each token's εᵢ) (the search of
+    ``sample``: Vickrey at t = 0 and λ = 0 is CMP), and that noise's radius is Gamma(d, n/E) for the units of n
+    tokens (KS, p > ALPHA), told from Gamma(d, n/(WRONG·E)) (p < POWER_ALPHA); with equal εᵢ, ``sample_at`` is
+    ``sample`` draw for draw."""
+    case = CASES[name]
+    budget = _unit_budget(name)
+    lengths, rows, unit_length = unit_batch(glove, SEED + 8)
+    eps = units.allocate(lengths, budget, units.Allocation()).epsilons
+    lam = case.noise_lambda if case.noise_lambda is not None else case.params.get("lambda", 0.0)
+    mechanism = build(name, case.epsilons[0], **({"t": 0.0} if name == "vickrey" else {}))
+    out = mechanism.sample_at(rows, eps, rng_for("unit-noise", name))
+    a = rm_matrix(space, lam)
+    noise = np.concatenate(
+        [
+            sample_noise(len(rows[s : s + CHUNK]), space.dim, eps[s : s + CHUNK], g, a)
+            for g in [rng_for("unit-noise", name)]
+            for s in range(0, len(rows), CHUNK)
+        ]
+    )
+    np.testing.assert_array_equal(out, space.index.query(space.vectors[rows] + noise))
+    same = np.full(len(rows), case.epsilons[0])
+    np.testing.assert_array_equal(
+        mechanism.sample_at(rows, same, rng_for("same", name)), mechanism.sample(rows, rng_for("same", name))
+    )
+    radius = np.linalg.norm(sample_noise(len(rows), space.dim, eps, rng_for("radius", name)), axis=1)
+    for n in UNIT_LENGTHS:
+        r = radius[unit_length == n]
+        p = stats.kstest(r, stats.gamma(a=space.dim, scale=n / budget).cdf).pvalue
+        wrong = stats.kstest(r, stats.gamma(a=space.dim, scale=n / (WRONG * budget)).cdf).pvalue
+        assert p > ALPHA and wrong < POWER_ALPHA, f"{name} unit of {n}: KS p = {p:.3g}, against ×{WRONG}: {wrong:.3g}"
+        print(f"\n{name} E={budget:g} unit of {n}: radius KS p = {p:.3g}; against ε × {WRONG}: p = {wrong:.3g}")
+
+
+@pytest.mark.parametrize("name", ["laplace", "santext", "custext", "1-diffractor"])
+def test_unit_cap_releases_the_tokens_after_the_kth_as_the_placeholder(name, build, glove):
+    """``cap:10`` on documents of 5, 20 and 80 in-vocabulary tokens (one family each: noise, exponential, group,
+    rank): every token after the 10th of a document is the placeholder, none before it is, and the drawn
+    tokens get E/10."""
+    mechanism = build(name, CASES[name].epsilons[0])
+    perturber = TextPerturber(mechanism, glove.word_rows)
+    texts = [" ".join(UNIT_WORDS[i % 2] for i in range(n)) for n in UNIT_LENGTHS for _ in range(3)]
+    split = perturber.split(pa.array(texts))
+    budget = _unit_budget(name)
+    allocated = units.allocate(split.lengths, budget, units.Allocation.parse(f"cap:{UNIT_CAP}"))
+    np.testing.assert_array_equal(allocated.epsilons[allocated.drawn], budget / UNIT_CAP)
+    out, counts = perturber.perturb_array(split, rng_for("cap", name), allocated)
+    for text, n, c in zip(out.to_pylist(), split.lengths, counts):
+        tokens = text.split()
+        assert len(tokens) == n
+        assert all(t != perturber.oov_token for t in tokens[:UNIT_CAP]), text
+        assert tokens[UNIT_CAP:] == [perturber.oov_token] * max(0, n - UNIT_CAP), text
+        assert c[1] == max(0, n - UNIT_CAP)
