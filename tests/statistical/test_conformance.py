@@ -1078,7 +1078,7 @@ def test_truncated_gumbel_catches_the_mldp_scale(build, glove, space):
 # Privacy units: each token drawn at its own share of its unit's budget (dpspark.units, WordMechanism.sample_at)
 
 UNIT_LENGTHS = (5, 20, 80)
-UNIT_TOKENS = 48_000  # tokens per unit length in the one batch
+UNIT_TOKENS = 24_000  # tokens per unit length in the one batch
 UNIT_WORDS = ("paris", "guitar")  # a unit's tokens alternate between them
 UNIT_CAP = 10
 
