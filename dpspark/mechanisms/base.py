@@ -34,6 +34,7 @@ import numpy as np
 
 from dpspark import cachekey, params
 from dpspark._pydantic import BaseModel, Field, validator
+from dpspark.mechanisms.geometry import diameter
 from dpspark.mechanisms.labels import axis_order, series_label, show
 from dpspark.mechanisms.sampling import sample_noise, token_epsilons
 
@@ -554,6 +555,15 @@ class MechanismSpec(BaseModel):
         """What one unit of this setting's ε bounds (``UNITS`` by guarantee type), with its numbers where
         the metric is not the Euclidean distance of the embedding."""
         return UNITS[self.guarantee_type]
+
+    def unit_diameter(self, space: Space) -> float | None:
+        """D: the largest distance between two words of W in the metric of this setting's guarantee, by which a
+        privacy unit's bound multiplies the unit's budget (``dpspark.units.unit_bound``); None for a guarantee
+        type without a metric (pure, group, document, none). By default the Euclidean diameter of φ(W)
+        (``metric`` and ``umldp``); a mechanism whose metric is another says its own."""
+        if self.guarantee_type not in ("metric", "umldp"):
+            return None
+        return space.memo("diameter/euclidean", lambda: diameter(space.vocab64))
 
     def bound_unit(self, space: Space) -> dict[str, Any]:
         """The exact unit of this setting's ε, as the ledger keys it (``dpspark.ledger``): the ε of two

@@ -143,6 +143,10 @@ class Diffractor(MechanismSpec):
             out["position_gamma"] = self.gamma_value()
         return out
 
+    def unit_diameter(self, space: Space) -> float | None:
+        """D in list positions: two words of a list of V words are at most V − 1 positions apart (in every list)."""
+        return float(space.size - 1)
+
     def bound_unit(self, space: Space) -> dict[str, Any]:
         """ε per list position: the unit is the L public lists (their algorithm's name) of this vocabulary."""
         return {"positions": self.artefact_name, "lists": self.lists, "vocabulary": space.vocabulary_digest}

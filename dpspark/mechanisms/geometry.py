@@ -79,6 +79,12 @@ class Geometry:
         proj = x @ self.eigenvectors
         return np.sqrt((proj**2 / (self.lam * self.eigenvalues + 1.0 - self.lam)).sum(axis=1))
 
+    def rm_points(self, x: np.ndarray) -> np.ndarray:
+        """Points whose Euclidean distances are the ‖·‖_RM distances of ``x``'s rows (``rm_norm`` of a difference
+        is the Euclidean norm of the difference of these)."""
+        proj = np.atleast_2d(np.asarray(x, dtype=np.float64)) @ self.eigenvectors
+        return proj / np.sqrt(self.lam * self.eigenvalues + 1.0 - self.lam)
+
     def euclidean_epsilon(self, epsilon: float) -> float:
         """Upper bound on the Euclidean-metric ε: ε / sqrt(λξ_min + 1 − λ) (Xu et al. Lemmas 2–3)."""
         return float(epsilon / _rm_scale(self.lam, self.xi_min))
@@ -173,3 +179,20 @@ def spectrum_summary(sp: dict[str, Any]) -> str:
         f"xi_min = {sp['xi_min']:.4g}, xi_max = {sp['xi_max']:.4g}; Euclidean ε factor at λ = {sp['lambda']:g}: "
         f"{sp['euclidean_epsilon_factor_at_lambda']:.4g}"
     )
+
+
+def diameter(points: np.ndarray, block: int = 1024) -> float:
+    """The largest Euclidean distance between two rows of ``points`` (n × d), in float64: the squared distances
+    ‖x‖² + ‖y‖² − 2x·y block by block, the farthest pair then measured directly (a privacy unit's bound E·D,
+    ``dpspark.units``). 0 for fewer than two points."""
+    x = np.ascontiguousarray(points, dtype=np.float64)
+    if len(x) < 2:
+        return 0.0
+    sq = np.einsum("ij,ij->i", x, x)
+    best, pair = -np.inf, (0, 0)
+    for s in range(0, len(x), block):
+        d2 = sq[s : s + block, None] + sq[None, :] - 2.0 * (x[s : s + block] @ x.T)
+        r, c = np.unravel_index(int(np.argmax(d2)), d2.shape)
+        if d2[r, c] > best:
+            best, pair = float(d2[r, c]), (s + int(r), int(c))
+    return float(np.linalg.norm(x[pair[0]] - x[pair[1]]))

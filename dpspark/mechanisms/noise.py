@@ -22,7 +22,7 @@ import numpy as np
 
 from dpspark._pydantic import Field, validator
 from dpspark.mechanisms.base import UNITS, MechanismSpec, Space, WordMechanism
-from dpspark.mechanisms.geometry import Geometry, check_lambda, geometry
+from dpspark.mechanisms.geometry import Geometry, check_lambda, diameter, geometry
 from dpspark.mechanisms.labels import LEGACY_COLUMN
 from dpspark.mechanisms.sampling import sample_noise, token_epsilons
 
@@ -191,6 +191,13 @@ class _NoiseSpec(MechanismSpec):
         if self.lam == 0:
             return MechanismSpec.bound_unit(self, space)
         return {"distance": "regularized-mahalanobis", "lambda": self.lam, "vocabulary": space.vocabulary_digest}
+
+    def unit_diameter(self, space: Space) -> float | None:
+        """λ = 0: the Euclidean diameter of φ(W); else its diameter in ‖·‖_RM of this λ (the guarantee's metric)."""
+        if self.lam == 0:
+            return MechanismSpec.unit_diameter(self, space)
+        g = geometry_of(space, self.lam)
+        return space.memo(f"diameter/rm/lambda={self.lam!r}", lambda: diameter(g.rm_points(space.vocab64)))
 
     def bound_conversion(self, space: Space) -> tuple[dict[str, Any], float] | None:
         """λ > 0: ε per unit of ||·||_RM bounds ε / sqrt(λ·ξ_min + 1 − λ) per unit of Euclidean distance

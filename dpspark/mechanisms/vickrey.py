@@ -237,6 +237,9 @@ class Vickrey(MechanismSpec):
     def bound_unit(self, space: Space) -> dict[str, Any]:
         return _NoiseSpec.bound_unit(self, space)  # type: ignore[arg-type]
 
+    def unit_diameter(self, space: Space) -> float | None:
+        return _NoiseSpec.unit_diameter(self, space)  # type: ignore[arg-type]
+
     def bound_conversion(self, space: Space) -> tuple[dict[str, Any], float] | None:
         return _NoiseSpec.bound_conversion(self, space)  # type: ignore[arg-type]
 

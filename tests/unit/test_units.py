@@ -122,3 +122,36 @@ def test_unit_bounds_per_guarantee_type():
     assert umldp["bound"] == pytest.approx(12.0 + 10 * math.log(2.0))
     with pytest.raises(ConfigError, match="use the token unit"):
         units.unit_bound("none", 6.0, None)
+
+
+def test_diameter_is_the_farthest_pair():
+    from scipy.spatial.distance import pdist
+
+    from dpspark.mechanisms.geometry import diameter
+
+    x = np.random.default_rng(0).standard_normal((700, 5)) * [1, 2, 3, 4, 5]
+    assert diameter(x, block=64) == pytest.approx(pdist(x).max(), rel=1e-12)
+    assert diameter(x[:1]) == 0.0
+
+
+def test_each_guarantee_types_unit_diameter_in_its_own_metric(glove):
+    """D per guarantee type over a 300-word W: Euclidean (metric, umldp), ‖·‖_RM for Mahalanobis at λ = 1 (every
+    pair's rm_norm, brute force), V − 1 list positions (rank), none for the types without a metric."""
+    from scipy.spatial.distance import pdist
+
+    from dpspark.embeddings import select_vocabulary
+    from dpspark.mechanisms import Space, parse
+    from dpspark.mechanisms.noise import geometry_of
+
+    space = Space(glove.vectors, select_vocabulary(glove, 300), words=glove.word_rows)
+    euclidean = pdist(space.vocab64).max()
+    g = geometry_of(space, 1.0)
+    i, j = np.triu_indices(space.size, 1)
+    rm = g.rm_norm(space.vocab64[i] - space.vocab64[j]).max()
+    expected = {"laplace": euclidean, "tem": euclidean, "santext-plus": euclidean, "1-diffractor": 299.0}
+    expected |= {"mahalanobis": rm, "custext": None, "syntf": None, "syntf-words": None, "truncated-gumbel": None}
+    for name, d in expected.items():
+        params = {"name": name, "epsilon": 1.0, **({"lambda": 1.0} if name == "mahalanobis" else {})}
+        got = parse(params).unit_diameter(space)
+        assert got == (None if d is None else pytest.approx(d, rel=1e-9)), name
+    assert abs(rm - euclidean) > 0.1  # another metric, another D
