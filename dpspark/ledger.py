@@ -99,6 +99,26 @@ def cost(guarantee_type: str, epsilon: float, p: float | None = None, draws: int
     return float(epsilon)
 
 
+def unit_cost(guarantee_type: str, budget: float, p: float | None = None, tokens: int | None = None) -> float | None:
+    """What a release under a privacy unit other than the token spends per unit (``dpspark.units``): its
+    budget E (for the metric types, per unit of distance: the bound is E·D), plus ln(1/p) per token of the
+    unit for umldp (``tokens``: the longest unit's, or the cap; None where not known); None for ``none``."""
+    if guarantee_type == "none":
+        return None
+    if guarantee_type == "umldp":
+        if tokens is None:
+            return None
+        return float(budget) + int(tokens) * math.log(1.0 / float(p if p is not None else 1.0))
+    return float(budget)
+
+
+def privacy_unit_of(e: dict[str, Any]) -> dict[str, Any] | None:
+    """An entry's privacy unit (``dpspark.units.PrivacyUnit.fields``): None for the token, the unit of every
+    entry written before units were recorded."""
+    unit = e.get("privacy_unit")
+    return unit if isinstance(unit, dict) and unit.get("kind") not in (None, "token") else None
+
+
 def entry(
     run_id: str,
     spec: dict[str, str] | None,
@@ -118,9 +138,15 @@ def entry(
     unit of its bound (``unit``, keyed; ``unit_text``, in words), what it ``spent`` in that unit
     (``cost``; null where unbounded), and, where its unit converts to another (``conversion``: the other
     unit, in words, and the factor), the converted figure. A unit whose ``protected`` set is the
-    release's own (``"release"``) is named by the run: never summed with another release."""
+    release's own (``"release"``) is named by the run: never summed with another release.
+
+    A release under a privacy unit other than the token (``extra``'s ``privacy_unit``, ``unit_tokens``):
+    ``epsilon`` is the unit's budget E, and ``spent`` is ``unit_cost``'s, per unit of that kind."""
     terms = {"p": p} if guarantee_type == "umldp" else {"draws": draws} if guarantee_type == "document" else {}
-    spent_ = cost(guarantee_type, epsilon, p, draws)
+    if privacy_unit_of(extra) is not None:  # ``epsilon`` is the unit's budget E
+        spent_ = unit_cost(guarantee_type, epsilon, p, extra.get("unit_tokens"))
+    else:
+        spent_ = cost(guarantee_type, epsilon, p, draws)
     unit = dict(unit) if unit is not None else None
     if unit is not None and unit.get("protected") == "release":
         unit["protected"] = f"release {run_id}"
@@ -257,6 +283,11 @@ def _expected_cost(e: dict[str, Any], kind: str) -> float | None:
     p, draws = e.get("p"), e.get("draws")
     if (kind == "umldp" and not (_number(p) and 0 < p <= 1)) or (draws is not None and not _number(draws)):
         return math.nan  # a malformed p or draws: no spent agrees with it
+    if privacy_unit_of(e) is not None:
+        tokens = e.get("unit_tokens")
+        if tokens is not None and not (_number(tokens) and tokens >= 0):
+            return math.nan
+        return unit_cost(kind, e["epsilon"], p, tokens)
     return cost(kind, e["epsilon"], p, draws)
 
 
@@ -290,6 +321,29 @@ def _key(unit: dict[str, Any]) -> str:
     return json.dumps(unit, sort_keys=True, ensure_ascii=False)
 
 
+def _sum_key(unit: dict[str, Any], privacy_unit: dict[str, Any] | None) -> str:
+    """What releases must share to be summed: the unit of the bound, and for a privacy unit other than the
+    token its kind and id space (a token release and a document release of the same records are two rows)."""
+    if privacy_unit is None:
+        return _key(unit)
+    shared = {"kind": privacy_unit["kind"], "id_space": privacy_unit.get("id_space")}
+    return _key({"bound": unit, "privacy_unit": shared})
+
+
+def counts_for(e: dict[str, Any], spec: dict[str, str] | None) -> bool:
+    """Whether release ``e`` spent budget on the units of the records ``spec`` selects. A token or document
+    release: where its records intersect ``spec``'s (``overlaps``). A ``column:NAME`` release: every record of
+    a person may be in any partition, so it counts everywhere, unless both partitions fix NAME itself to
+    different values."""
+    unit = privacy_unit_of(e)
+    if unit is None or unit["kind"] != "column":
+        return overlaps(e["partition"], spec)
+    name = unit["column"]
+    mine = {k: v for k, v in (e["partition"] or {}).items() if k == name}
+    theirs = {k: v for k, v in (spec or {}).items() if k == name}
+    return overlaps(mine, theirs)
+
+
 def by_guarantee_type(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One sum per guarantee type and exact unit (``unit_of``), never across: ``spent`` in the unit
     named by ``unit`` (in words) and ``exact_unit`` (keyed), null where a release has no finite bound
@@ -297,7 +351,7 @@ def by_guarantee_type(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     documents without ``draws``)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for e in entries:
-        groups.setdefault((guarantee_type(e), _key(unit_of(e))), []).append(e)
+        groups.setdefault((guarantee_type(e), _sum_key(unit_of(e), privacy_unit_of(e))), []).append(e)
     out = []
     for (kind, _), group in groups.items():
         costs = [spent(e) for e in group]
@@ -309,6 +363,8 @@ def by_guarantee_type(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "unbounded": kind == "none",
             "releases": len(group),
         }
+        if privacy_unit_of(group[-1]) is not None:  # spent per unit of that kind (E per document, per person)
+            row["privacy_unit"] = privacy_unit_of(group[-1])
         if any("delta" in e for e in group):  # PrivEmb's (ε, δ): the δ add up too
             row["delta_spent"] = sum(float(e.get("delta", 0.0)) for e in group)
         out.append(row)
@@ -324,13 +380,17 @@ def converted(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         conv = e.get("converted")
         if isinstance(conv, dict) and conv.get("spent") is not None:
             row = targets.setdefault(
-                _key(conv["unit"]),
+                _sum_key(conv["unit"], privacy_unit_of(e)),
                 {"guarantee_type": guarantee_type(e), "unit": conv["unit_text"], "exact_unit": conv["unit"]},
             )
             row.setdefault("converted", []).append(e)
     out = []
     for key, row in targets.items():
-        native = [e for e in entries if _key(unit_of(e)) == key and guarantee_type(e) == row["guarantee_type"]]
+        native = [
+            e
+            for e in entries
+            if _sum_key(unit_of(e), privacy_unit_of(e)) == key and guarantee_type(e) == row["guarantee_type"]
+        ]
         figures = [spent(e) for e in native] + [e["converted"]["spent"] for e in row["converted"]]
         out.append(
             {
@@ -363,7 +423,7 @@ def epsilon_spent(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             specs.append(e["partition"])
     rows = []
     for s in specs:
-        overlapping_ = [e for e in entries if overlaps(e["partition"], s)]
+        overlapping_ = [e for e in entries if counts_for(e, s)]
         kinds = by_guarantee_type(overlapping_)
         one = kinds[0] if len(kinds) == 1 else None
         rows.append(
