@@ -85,7 +85,7 @@ def _given(values: dict[str, Any]) -> dict[str, Any]:
 def perturb_text(
     df: DataFrame,
     columns: list[str] | str,
-    epsilon: float,
+    epsilon: float | None = None,
     *,
     mechanism: str = "mahalanobis",
     vocab_size: int = 50_000,
@@ -105,6 +105,10 @@ def perturb_text(
     layout: Literal["single", "lines", "keep"] = "single",
     keep_original: bool = False,
     seed: int | None = None,
+    privacy_unit: str = "token",
+    unit_budget: float | None = None,
+    allocation: str = "scale",
+    over_cap: Literal["placeholder", "refuse"] = "placeholder",
     **settings: Any,
 ) -> DataFrame:
     """Privately perturb every token of ``columns`` of a Spark DataFrame (lazy).
@@ -118,7 +122,7 @@ def perturb_text(
     Args:
         df: the input DataFrame (bounded: a stream is refused).
         columns: the text column(s) to rewrite (a list, or one comma-separated string).
-        epsilon: the privacy parameter ε (required: no default).
+        epsilon: the privacy parameter ε per token (required with the token unit: no default).
         mechanism: a name of ``dpspark.mechanisms.REGISTRY`` (``dpspark.mechanisms.names()``; default
             ``"mahalanobis"``). Their guarantees differ (``docs/mechanisms.md``); ``"syntf"`` adds
             ``COL_tf``.
@@ -143,6 +147,12 @@ def perturb_text(
             publish the input's line breaks or whitespace (outside the guarantee; warns).
         keep_original: also return the raw text as ``COL_original`` (NOT private; warns).
         seed: a fixed seed, for tests and experiments only (warns).
+        privacy_unit: what one guarantee protects: ``"token"`` (default) or ``"document"`` (one row, all of
+            ``columns`` together; docs/privacy-units.md).
+        unit_budget: E, each unit's budget, in place of ``epsilon`` when the unit is not the token.
+        allocation: ``"scale"`` (each token of a unit of n tokens gets E/n) or ``"cap:K"`` (E/K each; a unit's
+            tokens after the K-th are released as the placeholder).
+        over_cap: under ``cap:K``, ``"placeholder"`` (default) or ``"refuse"`` (refuse when a unit exceeds K).
         **settings: the mechanism's own parameters (``lam=0.5``, ``top_k=20``, ``beta=0.001``, ...:
             ``dpspark.mechanisms.parameters()`` lists each with the mechanisms that take it), checked
             against the chosen mechanism: another mechanism's parameter is a ConfigError that names
@@ -195,6 +205,10 @@ def release(
     layout: Literal["single", "lines", "keep"] = "single",
     keep_original: bool = False,
     seed: int | None = None,
+    privacy_unit: str = "token",
+    unit_budget: float | None = None,
+    allocation: str = "scale",
+    over_cap: Literal["placeholder", "refuse"] = "placeholder",
     **settings: Any,
 ) -> dict[str, Any]:
     """Write a private release of ``df`` to ``output`` (a path) or ``output_table``, with its
@@ -209,7 +223,7 @@ def release(
             its input itself (``partition`` with ``input``, or ``input_table``).
         output: the output directory (or give ``output_table``).
         columns: the text column(s) to perturb (a list, or one comma-separated string).
-        epsilon: the privacy parameter ε (required: no default).
+        epsilon: the privacy parameter ε per token (required with the token unit: no default).
         output_table: an output table (``catalog.schema.table``) instead of ``output``; its
             ledger is the table ``<name>__dpspark_ledger`` beside it.
         table_format: the format of a new output table (default: the session's).
@@ -246,6 +260,12 @@ def release(
             publish the input's line breaks or whitespace (outside the guarantee; warns).
         keep_original: also write the raw text as ``COL_original`` (NOT private; warns, in the manifest).
         seed: a fixed seed, for tests and experiments only (warns).
+        privacy_unit: what one guarantee protects: ``"token"`` (default) or ``"document"`` (one row, all of
+            ``columns`` together; docs/privacy-units.md).
+        unit_budget: E, each unit's budget, in place of ``epsilon`` when the unit is not the token.
+        allocation: ``"scale"`` (each token of a unit of n tokens gets E/n) or ``"cap:K"`` (E/K each; a unit's
+            tokens after the K-th are released as the placeholder).
+        over_cap: under ``cap:K``, ``"placeholder"`` (default) or ``"refuse"`` (refuse when a unit exceeds K).
         **settings: the mechanism's own parameters (``lam=0.5``, ``top_k=20``, ``beta=0.001``, ...:
             ``dpspark.mechanisms.parameters()`` lists each with the mechanisms that take it), checked
             against the chosen mechanism: another mechanism's parameter is a ConfigError that names

@@ -51,6 +51,7 @@ from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, WordRows, default
 from dpspark.errors import EmbeddingError
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex
 from dpspark.text import TextPerturber
+from dpspark.units import Allocation
 
 
 @dataclass
@@ -282,7 +283,10 @@ def perturber_from(res: Resources, vocabulary_only: bool = False) -> TextPerturb
     (mech,) = res.mechanisms()
     if vocabulary_only:
         mech = VocabularyOnly(res.space())
-    return TextPerturber(mech, res.words, s["oov"], s["oov_token"], layout=s["layout"])
+    unit = {}
+    if s.get("unit_budget") is not None:  # a document unit (dpspark.units)
+        unit = {"unit_budget": s["unit_budget"], "allocation": Allocation.parse(s["allocation"], s["over_cap"])}
+    return TextPerturber(mech, res.words, s["oov"], s["oov_token"], layout=s["layout"], **unit)
 
 
 def _put(cache: OrderedDict, key: str, value: object, limit: int) -> None:

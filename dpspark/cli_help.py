@@ -29,6 +29,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "text": ("columns", "column", "text_column", "label_column", "oov", "oov_token", "layout", "keep_original"),
     "mechanism": ("epsilon", "mechanism", *mechanism_parameter_fields(), "delta", "dim", "seed"),
+    "privacy unit": ("privacy_unit", "unit_budget", "allocation", "over_cap"),
     "bounds": (
         "max_nw_fraction",
         "min_sw",
@@ -118,7 +119,7 @@ HELP_TITLES: dict[str, dict[str, str]] = {
 # Per command: the settings it cannot run without (given as flags or in --config); a tuple of
 # several names is a choice of one of them.
 HELP_REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
-    "PerturbConfig": (("input", "input_table"), ("output", "output_table"), ("columns",), ("epsilon",)),
+    "PerturbConfig": (("input", "input_table"), ("output", "output_table"), ("columns",), ("epsilon", "unit_budget")),
     "VectorsConfig": (("input", "input_table"), ("output", "output_table"), ("column",), ("epsilon",)),
     "StatsConfig": (("output",),),
     "CalibrateConfig": (("stats", "output"),),
@@ -158,4 +159,7 @@ HELP_METAVARS: dict[str, str] = {
     "text_column": "COL",
     "label_column": "COL",
     "utility_metric": "METRIC",
+    "privacy_unit": "token|document",
+    "unit_budget": "E",
+    "allocation": "scale|cap:K",
 }

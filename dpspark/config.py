@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from dpspark import mechanisms, params, reserved
+from dpspark import mechanisms, params, reserved, units
 from dpspark._pydantic import BaseModel, Field, ValidationError, create_model, root_validator, validator
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, FORMATS
 from dpspark.errors import ConfigError
@@ -406,7 +406,30 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
     """Settings of ``dpspark perturb``. ``epsilon`` has no default: the privacy level is a choice."""
 
     columns: list[str] = Field(default_factory=list, description="text column(s) to perturb, comma-separated")
-    epsilon: float = Field(description=f"privacy parameter ε >= {MIN_EPSILON:g} (required, no default)")
+    epsilon: float | None = Field(
+        default=None,
+        description=f"privacy parameter ε >= {MIN_EPSILON:g} per token (required with the token unit, no default)",
+    )
+    privacy_unit: str = Field(
+        default="token",
+        description="what one guarantee protects: token (default: each token alone) or document (one row, all its "
+        "text columns together: give --unit-budget); docs/privacy-units.md",
+    )
+    unit_budget: float | None = Field(
+        default=None,
+        description="E: each unit's budget, spread over its tokens by --allocation (in place of --epsilon when the "
+        "unit is not the token)",
+    )
+    allocation: str = Field(
+        default="scale",
+        description="scale (default: each token of a unit of n tokens gets E/n) or cap:K (E/K each; the tokens "
+        "after a unit's K-th are released as the placeholder)",
+    )
+    over_cap: Literal["placeholder", "refuse"] = Field(
+        default="placeholder",
+        description="under cap:K, a unit's tokens after the K-th: placeholder (default) or refuse (refuse the run, "
+        "naming how many units exceed K)",
+    )
     vocab_from_corpus: bool = Field(
         default=False, description="derive the vocabulary from the input (publishes its frequent words; warned)"
     )
@@ -424,7 +447,22 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
         default=False, description="also write the raw text as COL_original (the output is then NOT private)"
     )
 
-    _epsilon = before("epsilon")(lambda cls, v: epsilon_value(v))
+    _epsilon = before("epsilon")(lambda cls, v: None if v is None else epsilon_value(v))
+    _unit_budget = before("unit_budget")(lambda cls, v: None if v is None else units.check_unit_budget(v))
+
+    @before("privacy_unit")
+    def _privacy_unit(cls, v: Any) -> str:
+        unit = units.PrivacyUnit.parse(v)
+        if unit.kind == "column":
+            raise ValueError(
+                f"{unit.label()}: a unit of every row that shares a column's value needs its tokens counted per "
+                "person across the input, which perturb does not do yet; use token or document"
+            )
+        return unit.label()
+
+    @before("allocation")
+    def _allocation(cls, v: Any) -> str:
+        return units.Allocation.parse(v).label()
 
     @after("oov_token")
     def _oov_token(cls, v: str) -> str:
@@ -442,6 +480,7 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
 
     @whole
     def _consistent(self) -> None:
+        self._check_unit()
         if not self.vocab_file and not self.vocab_from_corpus:
             self.spec.check_vocabulary(self.vocab_size)  # validates the mechanism's parameters too
         self.spec  # noqa: B018 - validates the mechanism's parameters
@@ -450,10 +489,52 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
         if self.vocab_file and self.vocab_from_corpus:
             raise ValueError("choose one of vocab_file and vocab_from_corpus")
 
+    def _check_unit(self) -> None:
+        """One of ε (per token) and E (per unit), as the unit asks; a unit's settings only with a unit; the
+        mechanisms and policies a unit cannot take refused (``dpspark.units``)."""
+        if self.privacy_unit == "token":
+            if self.epsilon is None:
+                raise ValueError("epsilon is required (choose the privacy level explicitly, e.g. --epsilon 6)")
+            if self.unit_budget is not None or self.allocation != "scale" or self.over_cap != "placeholder":
+                raise ValueError(
+                    "unit_budget, allocation and over_cap apply to a privacy unit other than the token: give "
+                    "--privacy-unit document with --unit-budget E, or --epsilon alone"
+                )
+            return
+        if self.epsilon is not None:
+            raise ValueError(
+                f"choose one of epsilon (per token) and unit_budget (per {self.privacy_unit}): with --privacy-unit "
+                f"{self.privacy_unit} give --unit-budget E, each token then gets its share"
+            )
+        if self.unit_budget is None:
+            raise ValueError(f"a {self.privacy_unit} unit needs its budget: give --unit-budget E (e.g. 60)")
+        kind = mechanisms.REGISTRY[self.mechanism].guarantee_type
+        if kind == "none":
+            units.unit_bound(kind, self.unit_budget, None)  # its one sentence
+        if mechanisms.REGISTRY[self.mechanism].text_level:
+            raise ValueError(
+                f"{self.mechanism} draws whole documents, which a privacy unit does not spread yet: use the token "
+                "unit, or another mechanism"
+            )
+        if self.oov == "drop":
+            raise ValueError(
+                "oov drop changes a unit's number of tokens, on which its tokens' epsilon depends: use unk or random "
+                "with a privacy unit"
+            )
+
+    @property
+    def unit(self) -> units.PrivacyUnit:
+        return units.PrivacyUnit.parse(self.privacy_unit)
+
+    @property
+    def allocation_of(self) -> units.Allocation:
+        return units.Allocation.parse(self.allocation, self.over_cap)
+
     @property
     def spec(self) -> mechanisms.MechanismSpec:
-        """The mechanism of this run, validated (its parameters, ε included)."""
-        return self.spec_for(self.epsilon)
+        """The mechanism of this run, validated (its parameters, ε included). Under a privacy unit other than the
+        token its ε is the unit's budget E; each token is drawn at its share (``WordMechanism.sample_at``)."""
+        return self.spec_for(self.epsilon if self.epsilon is not None else self.unit_budget)
 
 
 class VectorsConfig(ReleaseSettings):

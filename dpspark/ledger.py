@@ -415,8 +415,8 @@ def epsilon_spent(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     partition depth), and the converted totals (``converted``) where a unit converts to another.
 
     ``epsilon_at_most`` (kept for the readers of earlier manifests, to be removed) is that one sum where
-    every release is of one type and one unit with a finite bound, else null: ε is never added across
-    types or units."""
+    every release is of one type and one unit with a finite bound, per token, else null: ε is never added
+    across types or units, and a budget per document or person is not an ε per token."""
     specs: list[dict[str, str] | None] = []
     for e in entries:
         if e["partition"] not in specs:
@@ -425,7 +425,7 @@ def epsilon_spent(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for s in specs:
         overlapping_ = [e for e in entries if counts_for(e, s)]
         kinds = by_guarantee_type(overlapping_)
-        one = kinds[0] if len(kinds) == 1 else None
+        one = kinds[0] if len(kinds) == 1 and "privacy_unit" not in kinds[0] else None  # ε per token only
         rows.append(
             {
                 "partition": spec_text(s),

@@ -218,12 +218,23 @@ class Prepared:
 
     def perturber(self) -> TextPerturber:
         c = self.config
-        return TextPerturber(self.mechanism, self.embeddings.word_rows, c.oov, c.oov_token, layout=c.layout)
+        unit = {} if c.unit_budget is None else {"unit_budget": c.unit_budget, "allocation": c.allocation_of}
+        return TextPerturber(self.mechanism, self.embeddings.word_rows, c.oov, c.oov_token, layout=c.layout, **unit)
 
     def write_bundle(self, directory: str | Path) -> Path:
-        """Write the executor bundle (``dpspark.bundle``) of this run into ``directory``."""
+        """Write the executor bundle (``dpspark.bundle``) of this run into ``directory``: the text policy, and a
+        privacy unit's budget and allocation (``unit_budget`` null for the token unit)."""
         c = self.config
-        return self.grid.write_bundle(directory, c.embeddings_dir, oov=c.oov, oov_token=c.oov_token, layout=c.layout)
+        return self.grid.write_bundle(
+            directory,
+            c.embeddings_dir,
+            oov=c.oov,
+            oov_token=c.oov_token,
+            layout=c.layout,
+            unit_budget=c.unit_budget,
+            allocation=c.allocation,
+            over_cap=c.over_cap,
+        )
 
     def manifest_fields(self) -> dict:
         """Mechanism, embedding, vocabulary and index facts for the run manifest (no text, no key)."""

@@ -47,12 +47,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from dpspark import units
 from dpspark.arrow import strings
 from dpspark.embeddings import WordRows
 
 if TYPE_CHECKING:
     from dpspark.mechanisms.base import WordMechanism
-    from dpspark.units import Allocated
+    from dpspark.units import Allocated, Allocation
 
 OOV_POLICIES = ("unk", "random", "drop", "keep")
 LAYOUTS = ("single", "lines", "keep")
@@ -174,6 +175,17 @@ class Split:
     lengths: np.ndarray
 
 
+def split_array(array: pa.Array) -> Split:
+    """One string array tokenized: its tokens per row (``Split.lengths``: a null 0, a value that is not valid
+    UTF-8 one), which a privacy unit's allocation counts before the draws."""
+    texts, invalid = decode_strings(array)
+    parts: list[tuple[list[str], list[str]] | None] = [
+        None if t is None else ([t], ["", ""]) if bad else tokenize(t) for t, bad in zip(texts, invalid)
+    ]
+    lengths = np.array([len(s[0]) if s is not None else 0 for s in parts], dtype=np.int64)
+    return Split(array.type, texts, invalid, parts, lengths)
+
+
 class TextPerturber:
     """Applies a WordMechanism to every token of string arrays.
 
@@ -183,6 +195,9 @@ class TextPerturber:
         oov: one of OOV_POLICIES.
         oov_token: the placeholder of the ``unk`` policy (non-empty, no whitespace).
         layout: one of LAYOUTS; only ``single`` stays inside the guarantee.
+        unit_budget: a document unit's budget E (``perturb_units``); None: the token unit, each token at the
+            mechanism's ε.
+        allocation: how E is spread over a unit's tokens (``dpspark.units.Allocation``; default ``scale``).
     """
 
     def __init__(
@@ -193,6 +208,8 @@ class TextPerturber:
         oov_token: str = "[UNK]",
         *,
         layout: str = "single",
+        unit_budget: float | None = None,
+        allocation: Allocation | None = None,
     ) -> None:
         if oov not in OOV_POLICIES:
             raise ValueError(f"oov policy must be one of {OOV_POLICIES}, got {oov!r}")
@@ -204,16 +221,22 @@ class TextPerturber:
         self.words = words
         self.oov, self.oov_token, self.layout = oov, oov_token, layout
         self.vocab_words = words.take(mechanism.vocab_rows)
+        self.unit_budget = unit_budget
+        self.allocation = allocation if allocation is not None else units.Allocation()
+
+    def perturb_units(self, arrays: Sequence[pa.Array], rng: np.random.Generator) -> list[tuple[pa.Array, np.ndarray]]:
+        """Document units: each row of ``arrays`` (a batch's text columns, in the order given) is one unit, whose
+        tokens share ``unit_budget`` by ``allocation`` (``dpspark.units.allocate_rows``: row by row, a row's
+        columns in order). Returns ``perturb_array``'s (array, per-row counts) per column."""
+        if self.unit_budget is None:
+            raise ValueError("perturb_units needs a unit budget (unit_budget=E)")
+        splits = [self.split(a) for a in arrays]
+        allocated = units.allocate_rows([s.lengths for s in splits], self.unit_budget, self.allocation)
+        return [self.perturb_array(s, rng, a) for s, a in zip(splits, allocated)]
 
     def split(self, array: pa.Array) -> Split:
-        """One string array tokenized (``perturb_array``'s first step): its tokens per row, which a privacy
-        unit's allocation counts (``Split.lengths``) before the draws."""
-        texts, invalid = decode_strings(array)
-        parts: list[tuple[list[str], list[str]] | None] = [
-            None if t is None else ([t], ["", ""]) if bad else tokenize(t) for t, bad in zip(texts, invalid)
-        ]
-        lengths = np.array([len(s[0]) if s is not None else 0 for s in parts], dtype=np.int64)
-        return Split(array.type, texts, invalid, parts, lengths)
+        """``split_array``: ``perturb_array``'s first step."""
+        return split_array(array)
 
     def perturb_array(
         self, array: pa.Array | Split, rng: np.random.Generator, allocated: Allocated | None = None

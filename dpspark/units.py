@@ -41,6 +41,11 @@ UNIT_KINDS = ("token", "document", "column")
 ALLOCATIONS = ("scale", "cap")
 OVER_CAP = ("placeholder", "refuse")
 
+ALLOCATION_TEXT = {
+    "scale": "each token of a unit of n tokens gets E/n",
+    "cap": "each token gets E/K; a unit's tokens after the K-th are released as the placeholder",
+}
+
 ADJACENCY = {
     "token": "one token replaced by another (the mechanism's own guarantee, per token)",
     "document": "one row's text (all its chosen text columns) replaced by another of the same shape: the same "
@@ -173,6 +178,17 @@ def over_cap_units(lengths: np.ndarray, allocation: Allocation) -> int:
     return int((np.asarray(lengths, dtype=np.int64) > allocation.cap).sum())
 
 
+def refuse_over_cap(over: int, longest: int, allocation: Allocation) -> None:
+    """``--over-cap refuse``: a ConfigError naming how many units exceed the cap (none: nothing)."""
+    if over:
+        k = int(allocation.cap)  # type: ignore[arg-type]
+        raise ConfigError(
+            f"{over:,} unit(s) hold more than the cap of {k:,} tokens (the longest {longest:,}); with --over-cap "
+            f"refuse nothing is released: raise the cap, or let the tokens after the {k:,}th of a unit be released "
+            "as the placeholder (--over-cap placeholder)"
+        )
+
+
 def allocate(lengths: np.ndarray, budget: float, allocation: Allocation) -> Allocated:
     """Each token's ε for units of ``lengths`` tokens (one entry per unit) at budget E: see the module
     docstring. A per-token ε below the smallest the mechanisms accept (``params.MIN_EPSILON``) is refused,
@@ -182,13 +198,8 @@ def allocate(lengths: np.ndarray, budget: float, allocation: Allocation) -> Allo
     total = int(lengths.sum())
     if allocation.kind == "cap":
         k = int(allocation.cap)  # type: ignore[arg-type]
-        over = over_cap_units(lengths, allocation)
-        if over and allocation.over_cap == "refuse":
-            raise ConfigError(
-                f"{over:,} unit(s) hold more than the cap of {k:,} tokens (the longest {int(lengths.max()):,}); "
-                f"with --over-cap refuse nothing is released: raise the cap, or let the tokens after the {k:,}th "
-                "of a unit be released as the placeholder (--over-cap placeholder)"
-            )
+        if allocation.over_cap == "refuse":
+            refuse_over_cap(over_cap_units(lengths, allocation), int(lengths.max(initial=0)), allocation)
         per = budget / k
         _check_smallest(per, k, budget)
         position = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -244,6 +255,26 @@ def counts(lengths: np.ndarray, allocated: Allocated) -> dict[str, Any]:
     }
 
 
+def shape_counts(rows: int, shape: dict[str, int], budget: float, allocation: Allocation) -> dict[str, Any]:
+    """The manifest's ``unit_counts`` of a release of document units, from its output's shape (``shape``: units
+    with a token, the fewest, median and most tokens per such unit, and under a cap the tokens over it): the
+    tokens per unit, and the ε a token got (min, max, and the median unit's). Shapes only, as ``counts``."""
+    units_ = int(shape.get("units", 0))
+    low, mid, high = (int(shape.get(k) or 0) for k in ("min", "median", "max"))
+    if allocation.kind == "cap":
+        k = int(allocation.cap)  # type: ignore[arg-type]
+        eps = {"min": budget / k, "median_unit": budget / k, "max": budget / k}
+    else:
+        eps = {"min": budget / high, "median_unit": budget / mid, "max": budget / low} if units_ else None
+    return {
+        "units": int(rows),
+        "units_with_tokens": units_,
+        "tokens_per_unit": {"min": low, "median": mid, "max": high} if units_ else None,
+        "tokens_over_cap": int(shape.get("over_cap", 0)),
+        "token_epsilon": eps if units_ else None,
+    }
+
+
 def unit_bound(
     guarantee_type: str, budget: float, diameter: float | None, *, p: float | None = None, tokens: int | None = None
 ) -> dict[str, Any]:
@@ -255,13 +286,21 @@ def unit_bound(
         if diameter is None or not math.isfinite(diameter):
             raise ConfigError(f"the {guarantee_type} bound of a unit needs the output vocabulary's diameter")
         bound = budget * diameter
+        how = "the sum over the unit's tokens of epsilon_i times d(x_i, x'_i), at most E * D"
         if guarantee_type == "umldp":
             if p is None or tokens is None:
                 raise ConfigError("the umldp bound of a unit needs p and the unit's tokens")
             bound += tokens * math.log(1.0 / p)
-        return {"type": guarantee_type, "budget": budget, "diameter": float(diameter), "bound": bound}
+            how += f" plus ln(1/p) for each of its at most {tokens} drawn tokens, for outputs in the protected set"
+        out = {"type": guarantee_type, "budget": budget, "diameter": float(diameter), "bound": bound}
+        return {**out, "how": how + (", D in list positions" if guarantee_type == "rank" else "")}
     if guarantee_type in ("pure", "group", "document"):
-        return {"type": guarantee_type, "budget": budget, "diameter": None, "bound": budget}
+        how = "the unit's epsilon_i add up to at most E" + (
+            " (between words of one output group; words of different groups are distinguishable)"
+            if guarantee_type == "group"
+            else ""
+        )
+        return {"type": guarantee_type, "budget": budget, "diameter": None, "bound": budget, "how": how}
     raise ConfigError(
         f"a mechanism of guarantee type {guarantee_type!r} states no bound dpspark can spread over a unit: use the "
         "token unit (--privacy-unit token) or another mechanism"

@@ -50,6 +50,11 @@ for _name, _owners in parameters().items():
 dbutils.widgets.text("vocab_size", default("vocab_size"), "Output vocabulary size")
 dbutils.widgets.dropdown("oov", default("oov"), ["unk", "random", "drop", "keep"], "Out-of-vocabulary tokens")
 dbutils.widgets.text("id_column", "id", "Row id column (for the before/after sample)")
+# A privacy unit (docs/privacy-units.md): "document" makes each row one unit whose tokens share the unit budget
+# (then ε above is not used); the allocation spreads it: "scale" (E/n each) or "cap:K".
+dbutils.widgets.dropdown("privacy_unit", default("privacy_unit"), ["token", "document"], "Privacy unit")
+dbutils.widgets.text("unit_budget", "", "Unit budget E (privacy unit document)")
+dbutils.widgets.text("allocation", default("allocation"), "Allocation: scale or cap:K")
 
 # COMMAND ----------
 
@@ -76,6 +81,9 @@ settings = {
     "oov": dbutils.widgets.get("oov"),
     "mode": "overwrite",
 }
+if dbutils.widgets.get("privacy_unit") != "token":  # a budget per unit in place of ε per token
+    del settings["epsilon"]
+    settings |= {k: dbutils.widgets.get(k) for k in ("privacy_unit", "unit_budget", "allocation")}
 for name in parameters():  # a mechanism's own parameters: left empty, its default applies
     if dbutils.widgets.get(name).strip():
         settings[name] = dbutils.widgets.get(name)
@@ -93,6 +101,9 @@ manifest = dpspark.release(
     output=config.output,
     columns=config.columns,
     epsilon=config.epsilon,
+    privacy_unit=config.privacy_unit,
+    unit_budget=config.unit_budget,
+    allocation=config.allocation,
     mechanism=config.mechanism,
     **config.mechanism_values(),
     vocab_size=config.vocab_size,

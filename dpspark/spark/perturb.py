@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from dpspark import units
 from dpspark.config import PerturbConfig
 from dpspark.embeddings import embeddings_of
 from dpspark.errors import ConfigError, InputDataError, PrivacyWarning, VocabularyTooSmallError
@@ -25,7 +26,15 @@ from dpspark.rng import new_job_key
 from dpspark.scratch import scratch_dir
 from dpspark.spark import resources
 from dpspark.spark.release import check_stream, run_release
-from dpspark.spark.transform import count_columns, perturb, quote, token_counts
+from dpspark.spark.transform import (
+    SHAPE,
+    count_columns,
+    perturb,
+    quote,
+    token_counts,
+    unit_aggregates,
+    units_over_cap,
+)
 from dpspark.text import COUNT_NAMES, most_frequent
 
 # PerturbConfig fields that only a written release uses: perturb_text refuses them (dpspark.release takes them).
@@ -121,14 +130,16 @@ def opt_in_warnings(config: PerturbConfig) -> None:
 
 
 UNCHANGED_WARNING = 0.9  # perturb warns above this expected share of tokens released as themselves
+MEDIAN_SHARE = " (the median unit's share of the unit budget)"
 
 
-def unchanged_warning(prepared: Prepared) -> dict[str, Any]:
+def unchanged_warning(prepared: Prepared, epsilon: float | None = None) -> dict[str, Any]:
     """Warn when ε is so large that most tokens come out as themselves (``stats.expected_unchanged``,
-    on public words only); the figure goes into the manifest."""
+    on public words only); the figure goes into the manifest. ``epsilon``: a privacy unit's release, the
+    median unit's per-token ε (known once the output's shape is)."""
     from dpspark.stats import UNCHANGED_WORDS, expected_unchanged
 
-    m = prepared.mechanism
+    m = prepared.mechanism if epsilon is None else prepared.mechanism.at(epsilon)
     share, how = expected_unchanged(m)
     c = prepared.config
     # what the mechanism releases verbatim at every ε (SanText+: its non-sensitive words, with probability 1 − p)
@@ -140,12 +151,14 @@ def unchanged_warning(prepared: Prepared) -> dict[str, Any]:
         fix = "choose a smaller epsilon (see docs/choosing-epsilon.md, or run dpspark compare on your data)"
     if share > UNCHANGED_WARNING:
         warnings.warn(
-            f"at epsilon {c.epsilon:g} {c.mechanism} releases about {100 * share:.0f}% of tokens unchanged ({how}, "
+            f"at epsilon {m.epsilon:g}{'' if epsilon is None else MEDIAN_SHARE} {c.mechanism} releases about "
+            f"{100 * share:.0f}% of tokens unchanged ({how}, "
             f"over the {UNCHANGED_WORDS} most frequent vocabulary words): the output is close to the input; {fix}",
             PrivacyWarning,
             stacklevel=2,
         )
-    return {"share": share, "method": how, "words": UNCHANGED_WORDS, "warned": share > UNCHANGED_WARNING}
+    out = {"share": share, "method": how, "words": UNCHANGED_WORDS, "warned": share > UNCHANGED_WARNING}
+    return out if epsilon is None else {**out, "epsilon": epsilon}
 
 
 class PerturbJob:
@@ -166,6 +179,9 @@ class PerturbJob:
     def prepare(self, df: DataFrame, spark: SparkSession, run_id: str) -> None:
         c = self.config
         opt_in_warnings(c)
+        alloc = c.allocation_of
+        if alloc.kind == "cap" and alloc.over_cap == "refuse":  # before anything is prepared or written
+            units.refuse_over_cap(*units_over_cap(df, list(c.columns), int(alloc.cap)), alloc)  # type: ignore[arg-type]
         workdir = scratch_dir() / f"index-{run_id}"
         try:
             from_corpus = c.spec.corpus_counts_artefact() is not None
@@ -192,15 +208,17 @@ class PerturbJob:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         self.job_key = new_job_key(c.seed)
-        self.unchanged = unchanged_warning(self.prepared)
+        self.unchanged = unchanged_warning(self.prepared) if c.unit.is_token else None  # a unit's: after the pass
 
     def transform(self, df: DataFrame, run_id: str) -> tuple[DataFrame, list[Any]]:
         c = self.config
         extra = c.spec.extra_columns
         out = perturb(df, self.shipment.name, self.job_key, list(c.columns), c.keep_original, run_id, extra)
         sums = [F.sum(F.col(quote(col))).alias(name) for col, name in zip(count_columns(run_id), COUNT_NAMES)]
-        if c.oov != "unk":  # placeholders exist only under unk
+        if c.oov != "unk" and c.allocation_of.kind != "cap":  # placeholders: of unk, or of a cap
             sums = sums[:1]
+        if c.unit_budget is not None:
+            sums += unit_aggregates(run_id, c.allocation_of)
         return out, sums
 
     def replaced_columns(self) -> list[str]:
@@ -209,15 +227,60 @@ class PerturbJob:
     def side_files(self) -> dict[str, bytes]:
         return {}
 
-    def manifest_fields(self, counts: dict[str, int]) -> dict[str, Any]:
-        return {
+    def manifest_fields(self, observed: dict[str, int]) -> dict[str, Any]:
+        fields = {
             "columns": list(self.config.columns),
             **self.prepared.manifest_fields(),
             "expected_unchanged": self.unchanged,
         }
+        return {**fields, **self.unit_fields(observed, fields)}
 
-    def ledger_terms(self) -> dict[str, Any]:
-        return self.prepared.ledger_terms()
+    def unit_fields(self, observed: dict[str, int], fields: dict[str, Any]) -> dict[str, Any]:
+        """The privacy unit's part of the manifest: the unit and the adjacency its guarantee compares; under a
+        unit other than the token its budget, allocation, bound (E·D in the mechanism's metric: D its
+        ``unit_diameter``) and the units' shape (``dpspark.units.shape_counts``), and the guarantee in words."""
+        c, spec, space = self.config, self.prepared.spec, self.prepared.space
+        unit = c.unit
+        out: dict[str, Any] = {"privacy_unit": unit.fields(), "adjacency": unit.adjacency()}
+        if unit.is_token:
+            return out
+        alloc, budget = c.allocation_of, float(c.unit_budget)  # type: ignore[arg-type]
+        shape = {k[len(SHAPE) :]: v for k, v in observed.items() if k.startswith(SHAPE)}
+        counts = units.shape_counts(observed["rows"], shape, budget, alloc)
+        bound = units.unit_bound(
+            spec.guarantee_type,
+            budget,
+            spec.unit_diameter(space),
+            p=spec.ledger_cost_terms().get("p"),
+            tokens=self.unit_tokens(observed),
+        )
+        out |= {"unit_budget": budget, "allocation": alloc.fields(), "unit_bound": bound, "unit_counts": counts}
+        if counts["token_epsilon"] is not None:
+            out["expected_unchanged"] = unchanged_warning(self.prepared, counts["token_epsilon"]["median_unit"])
+        out["guarantee"] = (
+            f"Per {unit.kind}: replacing one {unit.kind}'s text by another of the same shape (the same rows, tokens "
+            f"per row and placeholder positions) changes the probability of any output by at most a factor "
+            f"exp({bound['bound']:.6g}) ({bound['how']}). Each token is drawn by {spec.name} at its share of the "
+            f"unit budget {budget:g} ({alloc.label()}: {units.ALLOCATION_TEXT[alloc.kind]}). The mechanism's "
+            f"statement per token, at the largest share a token can get: {fields['guarantee']}"
+        )
+        if "euclidean_epsilon_bound" in fields:  # a per-token figure at ε = E: the unit's bound replaces it
+            out["euclidean_epsilon_bound"] = None
+        return out
+
+    def unit_tokens(self, observed: dict[str, int]) -> int:
+        """The most tokens of a unit drawn by the mechanism: the cap, or the longest unit."""
+        most = int(observed.get(f"{SHAPE}max") or 0)
+        alloc = self.config.allocation_of
+        return min(most, int(alloc.cap)) if alloc.kind == "cap" else most  # type: ignore[arg-type]
+
+    def ledger_terms(self, observed: dict[str, int]) -> dict[str, Any]:
+        c = self.config
+        terms = self.prepared.ledger_terms()
+        if c.unit.is_token:
+            return terms
+        unit = {"privacy_unit": c.unit.fields(), "unit_budget": c.unit_budget, "allocation": c.allocation_of.fields()}
+        return {**terms, **unit, "epsilon": c.unit_budget, "unit_tokens": self.unit_tokens(observed)}
 
     def close(self) -> None:
         if self.shipment is not None:
@@ -253,7 +316,7 @@ def release(
 def perturb_text(
     df: DataFrame,
     columns: list[str] | str,
-    epsilon: float,
+    epsilon: float | None = None,
     spark: SparkSession | None = None,
     **settings: Any,
 ) -> DataFrame:
@@ -262,7 +325,7 @@ def perturb_text(
     Args:
         df: input DataFrame (bounded: a stream is refused).
         columns: text column(s) to rewrite.
-        epsilon: ε (no default).
+        epsilon: ε per token (no default; None with a privacy unit's ``unit_budget``).
         spark: the session (default: the DataFrame's).
         **settings: any other PerturbConfig field (mechanism and its parameters, vocab_size,
             nn, oov, layout, seed, keep_original, embeddings, ...) but those of a written

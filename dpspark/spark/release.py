@@ -49,7 +49,7 @@ from dpspark.prepare import local_writes
 from dpspark.spark import io, lineage, tables
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import get_session, is_connect
-from dpspark.spark.transform import count_columns, quote
+from dpspark.spark.transform import SHAPE, count_columns, quote
 
 log = logging.getLogger("dpspark")
 
@@ -65,8 +65,9 @@ class Job(Protocol):
     def transform(self, df: DataFrame, run_id: str) -> tuple[DataFrame, list[Any]]: ...  # out + observe() aggregates
     def side_files(self) -> dict[str, bytes]: ...
     def replaced_columns(self) -> list[str]: ...  # columns whose type the job changes on purpose
-    def manifest_fields(self, counts: dict[str, int]) -> dict[str, Any]: ...
-    def ledger_terms(self) -> dict[str, Any]: ...  # the ledger entry's guarantee type, unit and cost terms
+    # ``observed``: the counts, and the job's own aggregates named SHAPE + name (a unit's shape)
+    def manifest_fields(self, observed: dict[str, int]) -> dict[str, Any]: ...
+    def ledger_terms(self, observed: dict[str, int]) -> dict[str, Any]: ...  # guarantee type, unit, cost terms
     def close(self) -> None: ...
 
 
@@ -134,12 +135,13 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
 
         # 5. transform and write (one pass)
         t0 = time.perf_counter()
-        counts = _write(job, df, spark, run_id, stage, inp.keys, inp.splits, target.input or "the input", save)
+        observed = _write(job, df, spark, run_id, stage, inp.keys, inp.splits, target.input or "the input", save)
+        counts = {k: v for k, v in observed.items() if not k.startswith(SHAPE)}
         timings["transform_and_write_s"] = round(time.perf_counter() - t0, 3)
         changed = _check_written(job, spark, fs, target, inp, stage)
 
         # 6. commit
-        entry = _ledger_entry(job, run_id, inp.spec, bool(clash), counts["rows"])
+        entry = _ledger_entry(job, run_id, inp.spec, bool(clash), observed)
         manifest = {
             "manifest_version": io.MANIFEST_VERSION,
             "dpspark_version": dpspark.__version__,
@@ -150,7 +152,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             "input": tables.ident(*tables.qualify(spark, c.input_table)) if c.input_table else target.input,
             "output": target.output,
             "partition": ledger.spec_text(inp.spec) if inp.spec else None,
-            **job.manifest_fields(counts),
+            **job.manifest_fields(observed),
             "counts": counts,
             "ledger": ledger.summary([*earlier, entry]),
             "timings": timings,
@@ -317,20 +319,23 @@ def _check_written(
     return changed
 
 
-def _ledger_entry(job: Job, run_id: str, spec: dict[str, str] | None, again: bool, rows: int) -> dict[str, Any]:
+def _ledger_entry(
+    job: Job, run_id: str, spec: dict[str, str] | None, again: bool, observed: dict[str, int]
+) -> dict[str, Any]:
     """The release's ledger entry: its mechanism's guarantee type, the exact unit of its bound and what it
-    spent there (``job.ledger_terms``)."""
+    spent there (``job.ledger_terms``; under a privacy unit its ``epsilon`` is the unit's budget)."""
     c = job.config
+    terms = job.ledger_terms(observed)
     return ledger.entry(
         run_id,
         spec,
-        getattr(c, "epsilon", 0.0),
+        terms.pop("epsilon", getattr(c, "epsilon", 0.0)),
         str(getattr(c, "mechanism", job.command)),
         now(),
         again,
-        **job.ledger_terms(),
+        **terms,
         command=job.command,
-        rows=rows,
+        rows=observed["rows"],
     )
 
 

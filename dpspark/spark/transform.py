@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_type
@@ -30,7 +30,16 @@ from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
 from dpspark.spark.resources import resources
-from dpspark.text import COLUMN_TYPES, COUNT_NAMES, TextPerturber, count_tokens, decode_strings, tokenize
+from dpspark.text import (
+    COLUMN_TYPES,
+    COUNT_NAMES,
+    TextPerturber,
+    count_tokens,
+    decode_strings,
+    split_array,
+    tokenize,
+)
+from dpspark.units import Allocation
 
 
 def quote(name: str) -> str:
@@ -89,6 +98,45 @@ def token_counts(df: DataFrame, *columns: str) -> dict[str, int]:
     return dict(total)
 
 
+# The prefix of a release's aggregates that describe its units' shape (``unit_aggregates``): the job reads them,
+# the manifest's ``counts`` leaves them out.
+SHAPE = "shape_"
+
+
+def unit_aggregates(run_id: str, allocation: Allocation) -> list[Column]:
+    """The shape of a release's document units, from the output's own per-row token counts (public: a unit's
+    tokens are its row's output tokens, placeholders included): units with a token, the fewest (of those),
+    the median (``percentile_approx``) and the most tokens per unit, and under a cap the tokens over it."""
+    tokens = F.col(quote(count_columns(run_id)[0]))
+    some = F.when(tokens > 0, tokens)
+    out = [
+        F.count(some).alias(f"{SHAPE}units"),
+        F.min(some).alias(f"{SHAPE}min"),
+        F.percentile_approx(some, 0.5, 100_000).alias(f"{SHAPE}median"),
+        F.max(tokens).alias(f"{SHAPE}max"),
+    ]
+    if allocation.kind == "cap":
+        out.append(F.sum(F.greatest(tokens - F.lit(allocation.cap), F.lit(0))).alias(f"{SHAPE}over_cap"))
+    return out
+
+
+def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, int]:
+    """How many rows (document units) hold more than ``cap`` tokens over ``columns`` together, and the most any
+    row holds: counted on the executors, two numbers per task reach the driver."""
+
+    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        over = most = 0
+        for b in batches:
+            n = sum((split_array(b.column(i)).lengths for i in range(b.num_columns)), np.zeros(b.num_rows, np.int64))
+            over, most = over + int((n > cap).sum()), max(most, int(n.max(initial=0)))
+        yield pa.RecordBatch.from_pydict({"over": pa.array([over], pa.int64()), "most": pa.array([most], pa.int64())})
+
+    fields = [T.StructField("over", T.LongType()), T.StructField("most", T.LongType())]
+    counted = map_in_arrow(df.select(*[F.col(quote(c)) for c in columns]), count, fields)
+    over, most = counted.agg(F.sum("over"), F.max("most")).first()
+    return int(over or 0), int(most or 0)
+
+
 def count_columns(run_id: str) -> list[str]:
     return [f"__dpspark_{run_id[:12]}_{n}" for n in COUNT_NAMES]
 
@@ -125,11 +173,15 @@ def _perturb_batches(
         rng = batch_generator(job_key, partition, number)
         names, arrays = list(batch.schema.names), list(batch.columns)
         totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
-        originals, added = [], {suffix: [] for suffix in extra}
-        for col in columns:
-            i = names.index(col)
-            originals.append(arrays[i])
-            arrays[i], columns_of, per_row = perturber.perturb(arrays[i], rng)
+        added: dict[str, list[pa.Array]] = {suffix: [] for suffix in extra}
+        at = [names.index(col) for col in columns]
+        originals = [arrays[i] for i in at]
+        if perturber.unit_budget is not None:  # document units: a row's columns share its budget
+            done = [(array, {}, per_row) for array, per_row in perturber.perturb_units(originals, rng)]
+        else:
+            done = [perturber.perturb(array, rng) for array in originals]
+        for i, (array, columns_of, per_row) in zip(at, done):
+            arrays[i] = array
             for suffix in extra:
                 added[suffix].append(columns_of[suffix])
             totals += per_row

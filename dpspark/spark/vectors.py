@@ -153,7 +153,7 @@ class VectorsJob:
             "seeded": c.seed is not None,
         }
 
-    def ledger_terms(self) -> dict[str, Any]:
+    def ledger_terms(self, observed: dict[str, int] | None = None) -> dict[str, Any]:
         """A metric bound in the Euclidean distance of the released column's vectors (of the mean word
         vector of the embedding, for a text column); PrivEmb's δ is recorded beside ε."""
         c = self.config

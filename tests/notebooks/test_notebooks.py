@@ -84,6 +84,16 @@ def test_perturb_text_notebook_takes_every_mechanisms_parameters(spark, tmp_path
         run_notebook(NOTEBOOKS / "perturb_text.py", {**widgets, "t": "0.5"}, spark=spark)
 
 
+def test_perturb_text_notebook_takes_a_privacy_unit(spark, tmp_path):
+    """The privacy unit's widgets reach the release: each row one document, its tokens sharing the budget."""
+    out = tmp_path / "private"
+    widgets = {"input": str(REVIEWS), "output": str(out), "privacy_unit": "document", "unit_budget": "40"}
+    run_notebook(NOTEBOOKS / "perturb_text.py", {**widgets, "allocation": "cap:20"}, spark=spark)
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["privacy_unit"]["kind"] == "document" and manifest["unit_budget"] == 40.0
+    assert manifest["epsilon"] is None and manifest["allocation"]["cap"] == 20
+
+
 def test_perturb_text_notebook_rejects_bad_settings_by_name(spark, tmp_path):
     with pytest.raises(NotebookError, match=r"cell \d+ failed.*ConfigError.*epsilon") as info:
         run_notebook(

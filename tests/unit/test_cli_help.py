@@ -70,11 +70,19 @@ def test_perturb_help_starts_with_what_a_run_needs():
     usage = help_text("perturb").split("\n\n")[0]
     assert flat(usage) == (
         "usage: dpspark perturb (--input PATH | --input-table TABLE) (--output PATH | --output-table TABLE) "
-        "--columns COL[,COL...] --epsilon FLOAT [options]"
+        "--columns COL[,COL...] (--epsilon FLOAT | --unit-budget E) [options]"
     )
     required = sections("perturb")[cli.REQUIRED_TITLE]
     flags = re.findall(r"^  (--[a-z-]+)", required, re.M)
-    assert flags == ["--input", "--input-table", "--output", "--output-table", "--columns", "--epsilon"]
+    assert flags == [
+        "--input",
+        "--input-table",
+        "--output",
+        "--output-table",
+        "--columns",
+        "--epsilon",
+        "--unit-budget",
+    ]
     groups = sections("perturb")
     assert "--mechanism" in groups["mechanism"] and "--vocab-size" in groups["embedding and vocabulary"]
     assert "--nn" in groups["nearest-neighbour search"] and "--master" in groups["Spark"]

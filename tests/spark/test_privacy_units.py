@@ -1,0 +1,130 @@
+"""perturb under a document unit (issue 41): each row of examples/reviews.parquet (text and title together)
+is one unit whose tokens share the budget E; the manifest states the unit, the adjacency, D and the bound,
+and the units' shape; the ledger records the unit; ``cap:K`` releases a row's tokens after the K-th as the
+placeholder, and ``--over-cap refuse`` refuses before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dpspark.cli import main
+from dpspark.embeddings import load_default, select_vocabulary
+from dpspark.errors import ConfigError
+from dpspark.mechanisms.noise import geometry_of
+
+pytestmark = pytest.mark.spark
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reviews.parquet"
+FLAGS = ["--columns", "text,title", "--vocab-size", "5000", "--quiet", "--privacy-unit", "document"]
+BUDGET = 60.0
+
+
+def release(tmp_path, name, *extra):
+    out = tmp_path / name
+    assert main(["perturb", "--input", str(SAMPLE), "--output", str(out), *FLAGS, *extra]) == 0
+    return out, json.loads((out / "_dpspark_manifest.json").read_text())
+
+
+def units_of(out):
+    """Each row's output tokens, text's then title's (a document unit, in unit order), by id."""
+    rows = pq.read_table(out).to_pylist()
+    return {r["id"]: (r["text"] or "").split() + (r["title"] or "").split() for r in rows}
+
+
+def rm_diameter(vocab: int, lam: float) -> float:
+    """The largest ‖·‖_RM distance between two of the first ``vocab`` GloVe words, over every pair in blocks."""
+    glove = load_default()
+    x = np.asarray(glove.vectors[select_vocabulary(glove, vocab)], dtype=np.float64)
+
+    class W:  # the Space's two attributes geometry_of reads
+        vocab64 = x
+
+        @staticmethod
+        def memo(name, compute):
+            return compute()
+
+    g = geometry_of(W, lam)
+    p = g.rm_points(x)
+    best = 0.0
+    for s in range(0, len(p), 500):
+        d2 = ((p[s : s + 500, None, :] - p[None, :, :]) ** 2).sum(axis=2)
+        best = max(best, float(d2.max()))
+    return best**0.5
+
+
+@pytest.mark.runtime
+def test_a_document_unit_release_states_its_unit_bound_and_shape(spark, tmp_path):
+    out, m = release(tmp_path, "doc", "--unit-budget", "60", "--mechanism", "mahalanobis", "--lambda", "1")
+    assert m["epsilon"] is None and m["unit_budget"] == BUDGET
+    assert m["privacy_unit"] == {"kind": "document", "column": None, "id_space": None}
+    assert "same shape" in m["adjacency"] and m["allocation"]["kind"] == "scale"
+    bound = m["unit_bound"]
+    assert bound["type"] == "metric" and bound["diameter"] == pytest.approx(rm_diameter(5000, 1.0), rel=1e-9)
+    assert bound["bound"] == pytest.approx(BUDGET * bound["diameter"])
+    assert m["guarantee"].startswith("Per document:") and f"exp({bound['bound']:.6g})" in m["guarantee"]
+    assert m["euclidean_epsilon_bound"] is None  # a per-token figure: the unit's bound replaces it
+    lengths = np.array([len(t) for t in units_of(out).values()])
+    shape = m["unit_counts"]
+    assert shape["units"] == len(lengths) == 500 and shape["units_with_tokens"] == int((lengths > 0).sum())
+    n = lengths[lengths > 0]
+    assert shape["tokens_per_unit"] == {
+        "min": int(n.min()),
+        "median": int(np.sort(n)[(len(n) - 1) // 2]),
+        "max": int(n.max()),
+    }
+    assert shape["token_epsilon"]["min"] == pytest.approx(BUDGET / n.max())
+    assert shape["token_epsilon"]["max"] == pytest.approx(BUDGET / n.min())
+    assert m["counts"]["tokens"] == int(lengths.sum()) and not any(k.startswith("shape_") for k in m["counts"])
+    (entry,) = [json.loads(p.read_text()) for p in (out / "_dpspark_ledger").glob("*.json")]
+    assert entry["privacy_unit"]["kind"] == "document" and entry["spent"] == BUDGET and entry["epsilon"] == BUDGET
+    (row,) = m["ledger"]["epsilon_spent"]
+    assert row["epsilon_at_most"] is None  # a budget per document is not an ε per token
+    assert row["by_guarantee_type"][0]["privacy_unit"]["kind"] == "document"
+
+
+def test_cap_releases_each_rows_tokens_after_the_kth_as_the_placeholder(spark, tmp_path):
+    out, m = release(tmp_path, "cap", "--unit-budget", "30", "--mechanism", "laplace", "--allocation", "cap:10")
+    over = 0
+    for tokens in units_of(out).values():
+        assert tokens[10:] == ["[UNK]"] * max(0, len(tokens) - 10)
+        over += max(0, len(tokens) - 10)
+    shape = m["unit_counts"]
+    assert shape["tokens_over_cap"] == over > 0 and m["allocation"] == {
+        "kind": "cap",
+        "cap": 10,
+        "over_cap": "placeholder",
+    }
+    assert shape["token_epsilon"] == {"min": 3.0, "median_unit": 3.0, "max": 3.0}
+    assert m["counts"]["placeholders"] >= over
+
+
+def test_over_cap_refuse_names_how_many_units_and_writes_nothing(spark, tmp_path, capsys):
+    out = tmp_path / "refused"
+    argv = ["perturb", "--input", str(SAMPLE), "--output", str(out), *FLAGS, "--unit-budget", "30"]
+    assert main([*argv, "--allocation", "cap:20", "--over-cap", "refuse"]) == ConfigError.exit_code
+    err = capsys.readouterr().err
+    assert "unit(s) hold more than the cap of 20 tokens (the longest" in err and "--over-cap placeholder" in err
+    assert not out.exists()
+
+
+def test_the_python_api_takes_the_unit(spark, tmp_path):
+    """``dpspark.release`` and ``dpspark.perturb_text`` take ``privacy_unit=`` and ``unit_budget=`` (the CLI's
+    flags): the same manifest fields, and the lazy DataFrame's rows keep their token counts."""
+    import dpspark
+
+    df = spark.read.parquet(str(SAMPLE)).limit(40)
+    m = dpspark.release(
+        df, str(tmp_path / "api"), ["text", "title"], privacy_unit="document", unit_budget=20.0, vocab_size=5000
+    )
+    assert m["privacy_unit"]["kind"] == "document" and m["unit_budget"] == 20.0 and m["epsilon"] is None
+    lazy = dpspark.perturb_text(df, ["text"], privacy_unit="document", unit_budget=20.0, vocab_size=5000)
+    before = {r["id"]: len((r["text"] or "").split()) for r in df.collect()}
+    after = {r["id"]: len((r["text"] or "").split()) for r in lazy.collect()}
+    assert after.keys() == before.keys()
+    with pytest.raises(ConfigError, match="choose one of epsilon"):
+        dpspark.perturb_text(df, ["text"], 6.0, privacy_unit="document", unit_budget=20.0)
