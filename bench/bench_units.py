@@ -10,7 +10,13 @@ Three ways of drawing the same tokens, interleaved, each repeated and the median
 
 Prints tokens/s of each and the ratios to ``sample``, with the CPU line.
 
-    python bench/bench_units.py [--vocab 20000] [--tokens 20000] [--repeats 5] [--mechanisms a,b] [--smoke]
+``--releases N``: then the whole release, side by side in one local[2] Spark session: ``dpspark.release`` of
+the same Parquet input (N tokens of public words, texts of 5 to 80 tokens) per token at ε and per document
+at E = 20·ε, alternating, ``--pairs`` times; the manifests' transform-and-write seconds, medians and their
+ratio (the issue's bar: the document unit within 1.05× of the token unit).
+
+    python bench/bench_units.py [--vocab 20000] [--tokens 20000] [--repeats 5] [--mechanisms a,b]
+                                [--releases 400000 --pairs 3 --mechanism mahalanobis] [--smoke]
 """
 
 from __future__ import annotations
@@ -53,16 +59,63 @@ def timed(
     return times
 
 
+def releases(tokens: int, vocab: int, pairs: int, mechanism: str) -> None:
+    """The release per token and per document, side by side (see the module docstring)."""
+    import tempfile
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import dpspark
+    from dpspark.spark.session import get_session
+
+    glove = load_default()
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(5, 81, tokens // 5 + 1)
+    lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), tokens)) + 1]
+    words = np.asarray(glove.words[:50_000], dtype=object)[rng.integers(0, 50_000, int(lengths.sum()))]
+    starts = np.cumsum(lengths) - lengths
+    texts = [" ".join(words[s : s + n]) for s, n in zip(starts, lengths)]
+    epsilon = EPSILON.get(mechanism, 10.0)
+    with tempfile.TemporaryDirectory(prefix="dpspark-bench-units-") as tmp:
+        src = Path(tmp) / "in.parquet"
+        pq.write_table(pa.table({"id": np.arange(len(texts)), "text": texts}), src, row_group_size=5_000)
+        spark = get_session(master="local[2]")
+        df = spark.read.parquet(str(src))
+        ways = {"token": {"epsilon": epsilon}, "document": {"privacy_unit": "document", "unit_budget": 20 * epsilon}}
+        times: dict[str, list[float]] = {k: [] for k in ways}
+        for p in range(pairs + 1):  # the first pair warms the session and the bundle caches: not counted
+            for kind, unit in ways.items():
+                out = str(Path(tmp) / f"{kind}-{p}")
+                m = dpspark.release(df, out, ["text"], mechanism=mechanism, vocab_size=vocab, **unit)
+                if p:
+                    times[kind].append(m["timings"]["transform_and_write_s"])
+        spark.stop()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    total = int(lengths.sum())
+    print(f"\nreleases: {len(texts):,} rows, {total:,} tokens (texts of 5 to 80), {mechanism}, W = {vocab:,}, local[2]")
+    for kind in ways:
+        print(
+            f"  {kind:9} transform and write {med[kind]:7.2f} s ({total / med[kind]:,.0f} tokens/s), runs {times[kind]}"
+        )
+    print(f"  document / token: {med['document'] / med['token']:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", type=int, default=20_000)
     ap.add_argument("--tokens", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--mechanisms", default=",".join(n for n in REGISTRY if n != "truncated-gumbel"))
+    ap.add_argument("--releases", type=int, default=0, help="tokens of the release comparison (0: none)")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--mechanism", default="mahalanobis", help="the release comparison's mechanism")
     ap.add_argument("--smoke", action="store_true", help="a few seconds: 2,000 words, 2,000 tokens, 1 repeat")
     args = ap.parse_args()
     if args.smoke:
         args.vocab, args.tokens, args.repeats, args.mechanisms = 2000, 2000, 1, "laplace,santext,custext"
+        args.releases, args.pairs = 3000, 1
     print(cpu_line())
     glove = load_default()
     space = Space(glove.vectors, select_vocabulary(glove, args.vocab), words=glove.word_rows)
@@ -86,6 +139,8 @@ def main() -> None:
             f"{name:14} {rate['sample']:12,.0f} {rate['same']:12,.0f} {rate['same'] / rate['sample']:6.2f} "
             f"{rate['documents']:12,.0f} {rate['documents'] / rate['sample']:6.2f}"
         )
+    if args.releases:
+        releases(args.releases, args.vocab, args.pairs, args.mechanism)
 
 
 if __name__ == "__main__":
