@@ -257,6 +257,10 @@ class PerturbJob:
         out |= {"unit_budget": budget, "allocation": alloc.fields(), "unit_bound": bound, "unit_counts": counts}
         if counts["token_epsilon"] is not None:
             out["expected_unchanged"] = unchanged_warning(self.prepared, counts["token_epsilon"]["median_unit"])
+        if "euclidean_epsilon_bound" in fields:  # a per-token figure at ε = E: the unit's bound replaces it
+            out["euclidean_epsilon_bound"] = None
+        if c.keep_original:  # NOT PRIVATE stays the guarantee's first words
+            return out
         out["guarantee"] = (
             f"Per {unit.kind}: replacing one {unit.kind}'s text by another of the same shape (the same rows, tokens "
             f"per row and placeholder positions) changes the probability of any output by at most a factor "
@@ -264,8 +268,6 @@ class PerturbJob:
             f"unit budget {budget:g} ({alloc.label()}: {units.ALLOCATION_TEXT[alloc.kind]}). The mechanism's "
             f"statement per token, at the largest share a token can get: {fields['guarantee']}"
         )
-        if "euclidean_epsilon_bound" in fields:  # a per-token figure at ε = E: the unit's bound replaces it
-            out["euclidean_epsilon_bound"] = None
         return out
 
     def unit_tokens(self, observed: dict[str, int]) -> int:

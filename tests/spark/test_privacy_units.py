@@ -128,3 +128,9 @@ def test_the_python_api_takes_the_unit(spark, tmp_path):
     assert after.keys() == before.keys()
     with pytest.raises(ConfigError, match="choose one of epsilon"):
         dpspark.perturb_text(df, ["text"], 6.0, privacy_unit="document", unit_budget=20.0)
+
+
+def test_keep_original_stays_not_private_under_a_unit(spark, tmp_path):
+    """A unit's guarantee sentence never covers an output that carries the raw text: NOT PRIVATE stays first."""
+    out, m = release(tmp_path, "kept", "--unit-budget", "30", "--keep-original")
+    assert m["guarantee"].startswith("NONE: THIS OUTPUT IS NOT PRIVATE") and m["unit_bound"]["bound"] > 0
