@@ -112,6 +112,16 @@ def unit_cost(guarantee_type: str, budget: float, p: float | None = None, tokens
     return float(budget)
 
 
+def _release_cost(
+    kind: str, epsilon: float, p: float | None, draws: int | None, fields: dict[str, Any]
+) -> float | None:
+    """What a release of these ``fields`` spends: ``unit_cost`` of its budget under a privacy unit other than the
+    token (``epsilon`` is then E), else ``cost`` of its ε."""
+    if privacy_unit_of(fields) is not None:
+        return unit_cost(kind, epsilon, p, fields.get("unit_tokens"))
+    return cost(kind, epsilon, p, draws)
+
+
 def privacy_unit_of(e: dict[str, Any]) -> dict[str, Any] | None:
     """An entry's privacy unit (``dpspark.units.PrivacyUnit.fields``): None for the token, the unit of every
     entry written before units were recorded."""
@@ -143,10 +153,7 @@ def entry(
     A release under a privacy unit other than the token (``extra``'s ``privacy_unit``, ``unit_tokens``):
     ``epsilon`` is the unit's budget E, and ``spent`` is ``unit_cost``'s, per unit of that kind."""
     terms = {"p": p} if guarantee_type == "umldp" else {"draws": draws} if guarantee_type == "document" else {}
-    if privacy_unit_of(extra) is not None:  # ``epsilon`` is the unit's budget E
-        spent_ = unit_cost(guarantee_type, epsilon, p, extra.get("unit_tokens"))
-    else:
-        spent_ = cost(guarantee_type, epsilon, p, draws)
+    spent_ = _release_cost(guarantee_type, epsilon, p, draws, extra)
     unit = dict(unit) if unit is not None else None
     if unit is not None and unit.get("protected") == "release":
         unit["protected"] = f"release {run_id}"
@@ -283,12 +290,10 @@ def _expected_cost(e: dict[str, Any], kind: str) -> float | None:
     p, draws = e.get("p"), e.get("draws")
     if (kind == "umldp" and not (_number(p) and 0 < p <= 1)) or (draws is not None and not _number(draws)):
         return math.nan  # a malformed p or draws: no spent agrees with it
-    if privacy_unit_of(e) is not None:
-        tokens = e.get("unit_tokens")
-        if tokens is not None and not (_number(tokens) and tokens >= 0):
-            return math.nan
-        return unit_cost(kind, e["epsilon"], p, tokens)
-    return cost(kind, e["epsilon"], p, draws)
+    tokens = e.get("unit_tokens")
+    if privacy_unit_of(e) is not None and tokens is not None and not (_number(tokens) and tokens >= 0):
+        return math.nan
+    return _release_cost(kind, e["epsilon"], p, draws, e)
 
 
 def _unit_disagreement(e: dict[str, Any]) -> str | None:

@@ -238,27 +238,11 @@ def _check_smallest(per_token: float, tokens: int, budget: float) -> None:
         )
 
 
-def counts(lengths: np.ndarray, allocated: Allocated) -> dict[str, Any]:
-    """The manifest's counts of an allocation: units, tokens per unit (min, median, max), tokens over the cap,
-    and the drawn tokens' ε (min, median, max). Shapes only: nothing here depends on a token's word."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    eps = allocated.epsilons[allocated.drawn]
-
-    def spread(a: np.ndarray) -> dict[str, float] | None:
-        return None if a.size == 0 else {"min": float(a.min()), "median": float(np.median(a)), "max": float(a.max())}
-
-    return {
-        "units": int(lengths.size),
-        "tokens_per_unit": spread(lengths),
-        "tokens_over_cap": int((~allocated.drawn).sum()),
-        "token_epsilon": spread(eps),
-    }
-
-
 def shape_counts(rows: int, shape: dict[str, int], budget: float, allocation: Allocation) -> dict[str, Any]:
     """The manifest's ``unit_counts`` of a release of document units, from its output's shape (``shape``: units
     with a token, the fewest, median and most tokens per such unit, and under a cap the tokens over it): the
-    tokens per unit, and the ε a token got (min, max, and the median unit's). Shapes only, as ``counts``."""
+    tokens per unit, and the ε a token got (min, max, and the median unit's). Shapes only: nothing here depends
+    on a token's word."""
     units_ = int(shape.get("units", 0))
     low, mid, high = (int(shape.get(k) or 0) for k in ("min", "median", "max"))
     if allocation.kind == "cap":

@@ -74,14 +74,12 @@ class Geometry:
 
     def rm_norm(self, x: np.ndarray) -> np.ndarray:
         """‖x‖_RM = sqrt(xᵀ(λΣ+(1−λ)I)⁻¹x), row-wise for a 2-D array."""
-        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
-        # (λΣ+(1−λ)I)⁻¹ = Q diag(1/(λξ+1−λ)) Qᵀ: project and weight, no explicit inverse.
-        proj = x @ self.eigenvectors
-        return np.sqrt((proj**2 / (self.lam * self.eigenvalues + 1.0 - self.lam)).sum(axis=1))
+        return np.linalg.norm(self.rm_points(x), axis=1)
 
     def rm_points(self, x: np.ndarray) -> np.ndarray:
         """Points whose Euclidean distances are the ‖·‖_RM distances of ``x``'s rows (``rm_norm`` of a difference
-        is the Euclidean norm of the difference of these)."""
+        is the Euclidean norm of the difference of these): (λΣ+(1−λ)I)⁻¹ = Q diag(1/(λξ+1−λ)) Qᵀ, so project on
+        Q and weight, no explicit inverse."""
         proj = np.atleast_2d(np.asarray(x, dtype=np.float64)) @ self.eigenvectors
         return proj / np.sqrt(self.lam * self.eigenvalues + 1.0 - self.lam)
 

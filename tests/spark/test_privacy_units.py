@@ -15,7 +15,6 @@ import pytest
 from dpspark.cli import main
 from dpspark.embeddings import load_default, select_vocabulary
 from dpspark.errors import ConfigError
-from dpspark.mechanisms.noise import geometry_of
 
 pytestmark = pytest.mark.spark
 
@@ -37,19 +36,13 @@ def units_of(out):
 
 
 def rm_diameter(vocab: int, lam: float) -> float:
-    """The largest ‖·‖_RM distance between two of the first ``vocab`` GloVe words, over every pair in blocks."""
+    """The largest ‖·‖_RM distance between two of the first ``vocab`` GloVe words, over every pair in blocks:
+    numpy's own covariance scaled to trace d, and the Cholesky factor of (λΣ + (1−λ)I)⁻¹ (not dpspark's Q)."""
     glove = load_default()
     x = np.asarray(glove.vectors[select_vocabulary(glove, vocab)], dtype=np.float64)
-
-    class W:  # the Space's two attributes geometry_of reads
-        vocab64 = x
-
-        @staticmethod
-        def memo(name, compute):
-            return compute()
-
-    g = geometry_of(W, lam)
-    p = g.rm_points(x)
+    sigma = np.cov(x, rowvar=False)
+    sigma *= x.shape[1] / np.trace(sigma)
+    p = x @ np.linalg.cholesky(np.linalg.inv(lam * sigma + (1.0 - lam) * np.eye(x.shape[1])))
     best = 0.0
     for s in range(0, len(p), 500):
         d2 = ((p[s : s + 500, None, :] - p[None, :, :]) ** 2).sum(axis=2)

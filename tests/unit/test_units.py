@@ -73,13 +73,20 @@ def test_cap_draws_k_tokens_per_unit_at_e_over_k():
     assert a.drawn.tolist() == [True] * 3 + [True] * 5 + [False] * 7
     np.testing.assert_array_equal(a.epsilons[a.drawn], 2.0)
     assert np.isnan(a.epsilons[~a.drawn]).all()
-    c = units.counts(np.array([3, 12]), a)
+    # the manifest's unit_counts of those two units (as Spark observes them: 2 with a token, lower median 3)
+    c = units.shape_counts(
+        2, {"units": 2, "min": 3, "median": 3, "max": 12, "over_cap": 7}, 10.0, Allocation.parse("cap:5")
+    )
     assert c == {
         "units": 2,
-        "tokens_per_unit": {"min": 3.0, "median": 7.5, "max": 12.0},
+        "units_with_tokens": 2,
+        "tokens_per_unit": {"min": 3, "median": 3, "max": 12},
         "tokens_over_cap": 7,
-        "token_epsilon": {"min": 2.0, "median": 2.0, "max": 2.0},
+        "token_epsilon": {"min": 2.0, "median_unit": 2.0, "max": 2.0},
     }
+    scale = units.shape_counts(3, {"units": 2, "min": 4, "median": 4, "max": 20}, 10.0, Allocation())
+    assert scale["token_epsilon"] == {"min": 0.5, "median_unit": 2.5, "max": 2.5} and scale["tokens_over_cap"] == 0
+    assert units.shape_counts(1, {"units": 0}, 10.0, Allocation())["token_epsilon"] is None  # a row without tokens
 
 
 def test_over_cap_refuse_names_how_many_units_exceed_the_cap():
@@ -136,7 +143,7 @@ def test_diameter_is_the_farthest_pair():
 
 def test_each_guarantee_types_unit_diameter_in_its_own_metric(glove):
     """D per guarantee type over a 300-word W: Euclidean (metric, umldp), ‖·‖_RM for Mahalanobis at λ = 1 (every
-    pair's rm_norm, brute force), V − 1 list positions (rank), none for the types without a metric."""
+    pair, brute force, by a linear solve), V − 1 list positions (rank), none for the types without a metric."""
     from scipy.spatial.distance import pdist
 
     from dpspark.embeddings import select_vocabulary
@@ -147,7 +154,8 @@ def test_each_guarantee_types_unit_diameter_in_its_own_metric(glove):
     euclidean = pdist(space.vocab64).max()
     g = geometry_of(space, 1.0)
     i, j = np.triu_indices(space.size, 1)
-    rm = g.rm_norm(space.vocab64[i] - space.vocab64[j]).max()
+    diff = space.vocab64[i] - space.vocab64[j]  # sqrt(dᵀ(λΣ+(1−λ)I)⁻¹d) by a solve, not through Q
+    rm = np.sqrt(np.einsum("ij,ji->i", diff, np.linalg.solve(g.regularized(), diff.T))).max()
     expected = {"laplace": euclidean, "tem": euclidean, "santext-plus": euclidean, "1-diffractor": 299.0}
     expected |= {"mahalanobis": rm, "custext": None, "syntf": None, "syntf-words": None, "truncated-gumbel": None}
     for name, d in expected.items():
