@@ -518,7 +518,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "evaluate-utility": Command(
         "EvaluateUtilityConfig",
-        "downstream utility of perturbed text: MLlib classifiers train-time / test-time over a grid of settings",
+        "downstream utility of perturbed text: a classifier train-time / test-time over a grid of settings",
         _cmd_evaluate_utility,
     ),
     "privacy-risk": Command(

@@ -839,7 +839,7 @@ class EvaluateUtilityConfig(CorpusGridSettings):
     repeats: int = Field(default=3, ge=1, description="R: independent perturbations per (ε, λ) (3)")
     model: Literal["tfidf-logreg", "embedding-logreg"] = Field(
         default="tfidf-logreg",
-        description="tfidf-logreg (default: tokens → HashingTF → IDF → logistic regression) or embedding-logreg "
+        description="tfidf-logreg (default: hashed token counts × IDF → logistic regression) or embedding-logreg "
         "(mean GloVe vector → logistic regression)",
     )
     test_fraction: float = Field(default=0.3, gt=0, lt=1, description="share of rows in the test split (0.3)")

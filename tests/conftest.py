@@ -161,7 +161,7 @@ def risk_on_the_sample(tmp_path_factory) -> list[str]:
 
 @pytest.fixture(scope="session")
 def utility_on_sms120(sms120) -> list[str]:
-    """evaluate-utility (test-time, ε = 10) on the 120 SMS messages: one task, so MLlib's sums have one order."""
+    """evaluate-utility (test-time, ε = 10) on the 120 SMS messages: one task, so the blocks' sums have one order."""
     args = ["evaluate-utility", "--input", sms120, "--text-column", "text", "--label-column", "label"]
     args += ["--mode", "test-time", "--epsilons", "10", "--lambdas", "1", "--repeats", "1", "--vocab-size", "2000"]
     return [*args, "--seed", "2", "--quiet"]

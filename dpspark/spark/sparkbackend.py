@@ -2,8 +2,9 @@
 
 Each primitive is one Spark job or less: the labelled split's halves and their perturbed copies are
 DataFrames (the copies persisted in memory only: they hold raw text, never on disk), the release's own
-executor transform perturbs, MLlib trains and scores, the field's text metrics are summed per Arrow batch on
-the executors, and the privacy-risk engine's tasks run (``run_items``, ``keep``: ``dpspark.spark.backend``).
+executor transform perturbs, the classifier's features are computed and scored on the executors (``Model``),
+the field's text metrics are summed per Arrow batch on the executors, and the privacy-risk engine's tasks run
+(``run_items``, ``keep``: ``dpspark.spark.backend``).
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from scipy import sparse
 
-from dpspark.arrow import numbers
 from dpspark.config import PerturbConfig
-from dpspark.engine import classification
+from dpspark.engine import classification, logreg
 from dpspark.evaluation import field_metrics as fm
 from dpspark.progress import Progress, describe
-from dpspark.run.backend import Classifier
+from dpspark.run.backend import Classifier, pack, unpack
 from dpspark.run.compare import TEXT_SUMS
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
@@ -32,102 +33,129 @@ from dpspark.spark import backend, io, resources
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.perturb import check_columns, vocabulary_from_corpus
 from dpspark.spark.session import is_connect
-from dpspark.spark.transform import count_columns, map_in_arrow, mean_vectors, perturb, quote, token_counts
+from dpspark.spark.transform import count_columns, map_in_arrow, perturb, quote, token_counts
 from dpspark.stats import WorkItem
-from dpspark.text import TOKEN_PATTERN, decode_strings, tokenize
+from dpspark.text import decode_strings, tokenize
 
-HASHING_FEATURES = 1 << 16
-MAX_ITER = 100  # MLlib's default; the SMS spam baseline converges in ≈ 40 iterations
-# A light L2 penalty on the unstandardized features: on SMS spam it keeps the baseline (0.98 accuracy,
-# 0.99 AUC), converges in fewer iterations, and lets a model trained on heavily perturbed text fall back
-# to the class prior instead of fitting the noise (unpenalized, train-time accuracy at ε = 2 fell to 0.6,
-# below the majority class's 0.87).
-REG_PARAM = 1e-3
-STANDARDIZATION = False
+# The training half's blocks are fitted in the driver's process up to this many bytes of features (about
+# 2.5 million tokens); a larger half is fitted where it is, one Spark job per step of the optimiser.
+DRIVER_FIT_BYTES = 32 << 20
 
 
-def _mean_vector_batches(batches: Iterator[pa.RecordBatch], bundle: str) -> Iterator[pa.RecordBatch]:
-    res = resources.resources(bundle)
+def _pack_block(raw: logreg.Block) -> bytes:
+    x, y = raw
+    if isinstance(x, np.ndarray):
+        return pack(x, y)
+    return pack(x.indptr, x.indices, x.data, y)
+
+
+def _unpack_block(data: bytes) -> logreg.Block:
+    arrays = unpack(data)
+    if len(arrays) == 2:
+        return arrays[0], arrays[1]
+    indptr, indices, values, y = arrays
+    return sparse.csr_matrix((values, indices, indptr), shape=(len(y), logreg.HASHING_FEATURES)), y
+
+
+def _block_batches(batches: Iterator[pa.RecordBatch], model: str, bundle: str) -> Iterator[pa.RecordBatch]:
+    res = resources.resources(bundle) if model == "embedding-logreg" else None
     for b in batches:
-        texts = b.column(0).to_pylist()
-        x, _ = mean_vectors(texts, res.vectors, res.words)
-        flat = numbers(x, np.float64)
-        offsets = numbers(np.arange(0, x.size + 1, x.shape[1]), np.int32)
-        yield pa.RecordBatch.from_arrays([pa.ListArray.from_arrays(offsets, flat), b.column(1)], ["vec", LABEL])
+        texts, labels = b.column(0).to_pylist(), b.column(1).to_numpy(zero_copy_only=False)
+        raw = logreg.block(model, texts, labels, *((res.vectors, res.words) if res is not None else ()))
+        yield pa.RecordBatch.from_pydict({"block": pa.array([_pack_block(raw)], pa.binary())})
 
 
-def mean_vector_features(df: DataFrame, bundle: str) -> DataFrame:
-    """(features: mean embedding of the text's tokens, label): zero vector for a text without an embedded token."""
-    from pyspark.ml.functions import array_to_vector
+def _each_block(work: Callable[[logreg.Block], list[np.ndarray]]):
+    """An Arrow batch function: ``work``'s arrays of each packed block, packed (one row per block)."""
 
-    schema = T.StructType(
-        [T.StructField("vec", T.ArrayType(T.DoubleType(), False)), T.StructField(LABEL, T.DoubleType())]
-    )
-    arrays = df.select(TEXT, LABEL).mapInArrow(lambda it: _mean_vector_batches(it, bundle), schema)
-    return arrays.select(array_to_vector("vec").alias("features"), LABEL)
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for data in b.column(0).to_pylist():
+                yield pa.RecordBatch.from_pydict({"part": pa.array([pack(*work(_unpack_block(data)))], pa.binary())})
+
+    return run
+
+
+PART = [T.StructField("part", T.BinaryType(), False)]
 
 
 class Model:
-    """The MLlib pipeline of ``config.model``: ``fit(train)`` and ``predict(fitted, test)``."""
+    """The utility commands' classifier (``dpspark.engine.logreg``) over Spark: each Arrow batch of the data
+    becomes a block of feature rows on the executors; a training half of at most ``DRIVER_FIT_BYTES`` of
+    blocks is fitted on the driver (the same fit as the local backend's), a larger one where it is (each
+    step of the optimiser sums the blocks' partial loss and gradient); scoring runs on the executors and
+    only the classification counts reach the driver."""
 
-    def __init__(self, name: str, n_classes: int) -> None:
+    def __init__(self, name: str, n_classes: int, driver_fit_bytes: int | None = None) -> None:
         self.name, self.n_classes = name, n_classes
-
-    def _classifier(self) -> Any:
-        from pyspark.ml.classification import LogisticRegression
-
-        return LogisticRegression(
-            featuresCol="features",
-            labelCol=LABEL,
-            maxIter=MAX_ITER,
-            regParam=REG_PARAM,
-            standardization=STANDARDIZATION,
-        )
+        self.driver_fit_bytes = DRIVER_FIT_BYTES if driver_fit_bytes is None else driver_fit_bytes
 
     def params(self) -> dict[str, Any]:
-        p = {
-            "classifier": "LogisticRegression",
-            "max_iter": MAX_ITER,
-            "reg_param": REG_PARAM,
-            "standardization": STANDARDIZATION,
-        }
-        if self.name == "tfidf-logreg":
-            p.update(tokenizer=f"RegexTokenizer({TOKEN_PATTERN})", hashing_features=HASHING_FEATURES, idf=True)
-        else:
-            p.update(features="mean embedding vector of the text's tokens (zero without an embedded token)")
-        return p
+        return logreg.params(self.name)
 
-    def fit(self, train: DataFrame, bundle: str) -> Any:
-        from pyspark.ml import Pipeline
-        from pyspark.ml.feature import IDF, HashingTF, RegexTokenizer
+    def _blocks(self, data: DataFrame, bundle: str) -> DataFrame:
+        name = self.name
+        fields = [T.StructField("block", T.BinaryType(), False)]
+        return map_in_arrow(data.select(TEXT, LABEL), lambda it: _block_batches(it, name, bundle), fields)
 
-        if self.name == "tfidf-logreg":
-            stages = [
-                RegexTokenizer(inputCol=TEXT, outputCol="tokens", pattern=TOKEN_PATTERN, gaps=False),
-                HashingTF(inputCol="tokens", outputCol="tf", numFeatures=HASHING_FEATURES),
-                IDF(inputCol="tf", outputCol="features"),
-                self._classifier(),
-            ]
-            return Pipeline(stages=stages).fit(train)
-        return Pipeline(stages=[self._classifier()]).fit(mean_vector_features(train, bundle))
+    def fit(self, train: DataFrame, bundle: str) -> logreg.Fitted:
+        blocks = self._blocks(train, bundle).persist(StorageLevel.MEMORY_ONLY)
+        try:
+            size = blocks.agg(F.sum(F.length("block")).alias("n")).first()["n"] or 0
+            if size <= self.driver_fit_bytes:
+                return logreg.fit_held([_unpack_block(r["block"]) for r in blocks.collect()], self.n_classes)
+            return self._fit_where_it_is(blocks)
+        finally:
+            blocks.unpersist()
 
-    def counts(self, fitted: Any, test: DataFrame, bundle: str) -> classification.Counts:
-        """The classification combiner's table of ``test`` (``dpspark.engine.classification``), folded by
-        the executors: (label, prediction, score) → rows, grouped and counted; only the counts reach the
-        driver."""
-        from pyspark.ml.functions import vector_to_array
+    @staticmethod
+    def _fold(blocks: DataFrame, work: Callable[[logreg.Block], list[np.ndarray]]) -> list[np.ndarray]:
+        """The sum over the blocks of ``work``'s arrays, each block's computed on the executors."""
+        parts = [unpack(r["part"]) for r in map_in_arrow(blocks, _each_block(work), PART).collect()]
+        return [np.sum(column, axis=0) for column in zip(*parts)]
 
-        data = test if self.name == "tfidf-logreg" else mean_vector_features(test, bundle)
-        score = vector_to_array("probability")[1] if self.n_classes == 2 else F.lit(None).cast("double")
-        cols = [F.col(LABEL).alias("y"), F.col("prediction").alias("p"), score.alias("s")]
-        rows = fitted.transform(data).select(*cols).groupBy("y", "p", "s").count().collect()
-        return classification.from_rows(rows)
+    def _fit_where_it_is(self, blocks: DataFrame) -> logreg.Fitted:
+        n_classes = self.n_classes
+        rows, df = self._fold(blocks, lambda raw: [np.array(len(raw[1])), _df_of(raw[0])])
+        idf_ = None if self.name == "embedding-logreg" else logreg.idf(df, int(rows))
 
-    def score(self, fitted: Any, test: DataFrame, bundle: str) -> dict[str, float]:
+        def total(flat: np.ndarray) -> tuple[float, np.ndarray]:
+            def step(raw: logreg.Block) -> list[np.ndarray]:
+                loss, grad = logreg.loss_grad(logreg.weighted(raw[0], idf_), raw[1], flat, n_classes)
+                return [np.array(loss), grad]
+
+            loss, grad = self._fold(blocks, step)
+            return float(loss), grad
+
+        return logreg.fit(total, int(rows), int(df.shape[0]), n_classes, idf_)
+
+    def counts(self, fitted: logreg.Fitted, test: DataFrame, bundle: str) -> classification.Counts:
+        """The classification combiner's table of ``test`` (``dpspark.engine.classification``): each block's
+        counts computed on the executors; only the counts reach the driver."""
+
+        def counted(raw: logreg.Block) -> list[np.ndarray]:
+            table = classification.create(*logreg.scored(fitted, raw))
+            y, p, s = zip(*table) if table else ((), (), ())
+            score = np.array([np.nan if v is None else v for v in s], dtype=np.float64)
+            return [np.array(y, np.int64), np.array(p, np.int64), score, np.array(list(table.values()), np.int64)]
+
+        counts = classification.Counts()
+        for r in map_in_arrow(self._blocks(test, bundle), _each_block(counted), PART).collect():
+            y, p, s, c = unpack(r["part"])
+            scores = [None if np.isnan(v) else v for v in s.tolist()]
+            classification.merge(counts, classification.from_rows(zip(y.tolist(), p.tolist(), scores, c.tolist())))
+        return counts
+
+    def score(self, fitted: logreg.Fitted, test: DataFrame, bundle: str) -> dict[str, float]:
         """The metrics of ``test`` and its majority-class rate (``classification.majority``): the accuracy
         that a model which learned nothing scores on the same rows."""
         counts = self.counts(fitted, test, bundle)
         return {**classification.finish(counts, self.n_classes), **classification.majority(counts)}
+
+
+def _df_of(x: Any) -> np.ndarray:
+    """A block's document frequencies (tfidf) or, for mean vectors, a zero array of their width."""
+    return np.zeros(x.shape[1]) if isinstance(x, np.ndarray) else logreg.document_frequency(x)
 
 
 def perturbed(df: DataFrame, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False) -> DataFrame:

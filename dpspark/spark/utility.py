@@ -22,9 +22,10 @@ One Spark job for a labelled Parquet dataset (Xu et al. 2020 §5.2; Feyisetan et
    per setting, columns ε), plots with 95% CI bands (a line per setting) and a
    manifest, committed all-or-nothing (``dpspark.spark.reports``).
 
-Models are Spark MLlib: ``tfidf-logreg`` is RegexTokenizer (dpspark's own token
-pattern) → HashingTF → IDF → LogisticRegression; ``embedding-logreg`` is the mean GloVe
-vector of a text's tokens (a mapInArrow over the shipped embedding) → LogisticRegression.
+The model is ``dpspark.engine.logreg`` (``tfidf-logreg``: hashed TF-IDF of dpspark's tokens;
+``embedding-logreg``: the mean GloVe vector of a text's tokens; both an L2 logistic regression): its
+features are computed on the executors, the fit runs on the driver for a small training half and as
+one Spark job per optimiser step for a large one (``sparkbackend.Model``).
 
 The outputs are computed from the raw data (the baseline most plainly): an evaluation
 for the data owner, not a release. The manifest says so.
@@ -57,7 +58,7 @@ from dpspark.spark.transform import quote
 
 log = logging.getLogger("dpspark")
 
-ROWS_PER_TASK = 20_000  # small data runs as few tasks: each MLlib iteration is one Spark job
+ROWS_PER_TASK = 20_000  # small data runs as few tasks: a large half's fit is one Spark job per step
 MAX_CLASSES = 1000
 
 
@@ -155,20 +156,6 @@ def split(df: DataFrame, config: EvaluateUtilityConfig, values: list[Any], rows:
 # --- the grid --------------------------------------------------------------------------------------
 
 
-def check_mllib(spark: SparkSession, command: str = "evaluate-utility") -> None:
-    """pyspark.ml's estimators run over Spark Connect from pyspark 4.0 on; older clients fail plainly."""
-    import pyspark
-
-    version = tuple(int(x) for x in pyspark.__version__.split(".")[:2])
-    if is_connect(spark) and version < (4, 0):
-        from dpspark.errors import ConfigError
-
-        raise ConfigError(
-            f"{command} on Spark Connect needs pyspark 4.0 or later on the client (MLlib over Connect); "
-            f"this is pyspark {pyspark.__version__}: upgrade it, or run on a cluster with a SparkContext"
-        )
-
-
 def run_labelled(
     config: EvaluateUtilityConfig,
     spark: SparkSession | None,
@@ -187,7 +174,6 @@ def run_labelled(
 
         raise ConfigError("input: give the labelled Parquet dataset (--input PATH)")
     spark = spark or (df.sparkSession if df is not None else get_session(config.master, remote=config.remote))
-    check_mllib(spark, command)
     files = lineage.sources(df).paths if df is not None else None
     with ReportOutput(
         spark, config.input, config.output, config.write_mode, what, files, command, local_writes(config)
@@ -200,7 +186,7 @@ def run_labelled(
             rows = sum(class_counts)
             train, test = split(labelled_frame(df, config, keys, rows), config, values, rows)
         try:
-            # Each LogisticRegression iteration would warn that its task binary is large (session.py).
+            # Each scoring task carries the model (weights and IDF, over 1 MiB): Spark warns of every one (session.py).
             with quiet_spark_logs(spark):
                 manifest = evaluate(spark, df, train, test, values, class_counts, out)
         finally:

@@ -196,19 +196,6 @@ def cli_through_connect(args: list[str], connect_url: str, expect: int = 0) -> s
     return done
 
 
-def mllib_on_connect() -> bool:
-    """pyspark.ml's estimators run over Spark Connect from pyspark 4.0 on (the runtime matrix's 3.5
-    clients get evaluate-utility's refusal instead)."""
-    import pyspark
-
-    return tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 0)
-
-
-def refused_without_mllib(args: list[str], connect_url: str, out: Path) -> None:
-    done = cli_through_connect([*args, "--output", str(out)], connect_url, expect=2)
-    assert "needs pyspark 4.0 or later" in done.stderr and not out.exists()
-
-
 @pytest.mark.runtime
 def test_privacy_risk_through_connect_equals_classic(connect_url, classic, risk_on_the_sample, tmp_path):
     """No SparkContext on Connect: the statistics' DataFrame counts and the DataFrame attack give the
@@ -225,12 +212,9 @@ def test_privacy_risk_through_connect_equals_classic(connect_url, classic, risk_
 
 @pytest.mark.runtime
 def test_evaluate_utility_through_connect_equals_classic(connect_url, classic, utility_on_sms120, tmp_path):
-    """pyspark.ml's classic API runs on Spark Connect (pyspark 4): the same split, the same noise and
-    MLlib's L-BFGS fit give the classic run's metrics (tests/spark/test_utility.py runs it) to the bit for a
-    seed. The 120 rows are one task on both paths; over several, MLlib adds the partitions' sums in the order
-    the tasks finish."""
-    if not mllib_on_connect():
-        return refused_without_mllib(utility_on_sms120, connect_url, tmp_path / "connect")
+    """evaluate-utility on Spark Connect, every client version (no pyspark.ml: the classifier is dpspark's
+    engine): the same split, the same noise and the same fit give the classic run's metrics
+    (tests/spark/test_utility.py runs it) to the bit for a seed. The 120 rows are one task on both paths."""
     cli_through_connect([*utility_on_sms120, "--output", str(tmp_path / "connect")], connect_url)
     import pyarrow.parquet as pq
 
@@ -242,13 +226,11 @@ def test_evaluate_utility_through_connect_equals_classic(connect_url, classic, u
 
 
 def test_compare_through_connect_equals_classic(connect_url, classic, compare_on_sms120, tmp_path):
-    """compare's whole job on Connect (the shipped bundles, the perturbations, MLlib, the privacy-risk engine,
+    """compare's whole job on Connect (the shipped bundles, the perturbations, the classifier, the privacy-risk engine,
     the text metrics' sums): for a seed, compare.parquet's figures equal the classic run's
     (tests/spark/test_compare.py runs it), to the bit but the seconds each setting took. Two mechanisms, one
-    ε, the 120 rows (one task, as above). Run once, in make test (not marked runtime): pyspark 3.5's clients
-    get evaluate-utility's refusal, tested per runtime above."""
-    if not mllib_on_connect():
-        return refused_without_mllib(compare_on_sms120, connect_url, tmp_path / "connect")
+    ε, the 120 rows (one task, as above). Run once, in make test (not marked runtime): evaluate-utility, tested
+    per runtime above, runs the same classifier and transform."""
     cli_through_connect([*compare_on_sms120, "--output", str(tmp_path / "connect")], connect_url)
     import pyarrow.parquet as pq
 
@@ -267,13 +249,11 @@ def test_compare_through_connect_equals_classic(connect_url, classic, compare_on
 
 @pytest.mark.runtime
 def test_embedding_model_through_connect(connect_url, sms120, tmp_path):
-    """The mean-embedding features (mapInArrow over the shipped bundle, array_to_vector) on Connect, and a
-    model fitted on perturbed text (train-time)."""
+    """The mean-embedding features (mapInArrow over the shipped bundle) on Connect, and a model fitted on
+    perturbed text (train-time)."""
     args = ["evaluate-utility", "--input", sms120, "--text-column", "text", "--label-column", "label"]
     args += ["--model", "embedding-logreg", "--mode", "train-time", "--epsilons", "1000", "--lambdas", "1"]
     args += ["--repeats", "1", "--vocab-size", "2000", "--seed", "2", "--quiet"]
-    if not mllib_on_connect():
-        return refused_without_mllib(args, connect_url, tmp_path / "e")
     cli_through_connect([*args, "--output", str(tmp_path / "e")], connect_url)
     import pyarrow.parquet as pq
 
@@ -299,8 +279,6 @@ def test_notebooks_through_connect(connect_url, sms120, tmp_path):
             **{"vocab_size": "500", "runs": "4", "max_utility_loss": "0.05", "max_reidentification": "0.99"},
         },
     }
-    if not mllib_on_connect():  # its evaluate-utility step is refused there (test_evaluate_utility_...)
-        del runs["privacy_utility.py"]
     code = f"""
 import json
 from pyspark.sql import SparkSession

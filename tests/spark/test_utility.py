@@ -282,11 +282,11 @@ def test_mllib_fits_and_predicts_after_a_release_in_the_same_session(spark, data
 
 @pytest.mark.parametrize("classes", [2, 3])
 def test_the_executors_fold_of_the_metrics_equals_the_numpy_combiner(spark, data, classes):
-    """``Model.score`` groups (label, prediction, score) on the executors and only the counts reach the
-    driver; the figures equal ``engine.classification`` over the collected predictions, bit for bit."""
+    """``Model.score`` counts (label, prediction, score) on the executors and only the counts reach the
+    driver; the figures equal ``engine.classification`` over the rows scored in this process, bit for bit."""
     from pyspark.sql import functions as F
 
-    from dpspark.engine import classification
+    from dpspark.engine import classification, logreg
     from dpspark.run.settings import LABEL, TEXT
     from dpspark.spark.sparkbackend import Model
 
@@ -297,14 +297,34 @@ def test_the_executors_fold_of_the_metrics_equals_the_numpy_combiner(spark, data
     model = Model("tfidf-logreg", classes)
     fitted = model.fit(df, "")
     counts = model.counts(fitted, df.repartition(5), "")
-    cols = [LABEL, "prediction"] + (["probability"] if classes == 2 else [])
-    rows = fitted.transform(df).select(*cols).collect()
-    y = np.array([r[0] for r in rows], np.int64)
-    p = np.array([r[1] for r in rows], np.int64)
-    s = np.array([float(r[2][1]) for r in rows]) if classes == 2 else None
+    rows = df.collect()
+    y, p, s = logreg.scored(fitted, logreg.block("tfidf-logreg", [r[0] for r in rows], [r[1] for r in rows]))
     assert counts == classification.create(y, p, s)
     counted = classification.create(y, p, s)
     want = {**classification.finish(counted, classes), **classification.majority(counted)}
     assert model.score(fitted, df, "") == want
     assert want["majority_rate"] == np.bincount(y).max() / len(y)
     assert 0.5 < want["accuracy"] <= 1.0 and len(set(p.tolist())) > 1
+
+
+def test_a_large_training_half_is_fitted_where_it_is_as_on_the_driver(spark, data):
+    """Above ``driver_fit_bytes`` each optimiser step is a Spark job summing the blocks' loss and gradient
+    (here forced with a limit of 0, over 3 partitions): the same objective as the driver's fit of the same
+    rows, so the same model to the optimiser's tolerance and the same predictions."""
+    from pyspark.sql import functions as F
+
+    from dpspark.run.settings import LABEL, TEXT
+    from dpspark.spark.sparkbackend import Model
+
+    spam = (F.col("label") == "spam").cast("double")
+    df = spark.read.parquet(data).select(F.col("text").alias(TEXT), spam.alias(LABEL)).repartition(3)
+    on_driver = Model("tfidf-logreg", 2).fit(df, "")
+    where_it_is = Model("tfidf-logreg", 2, driver_fit_bytes=0).fit(df, "")
+    assert np.array_equal(on_driver.idf, where_it_is.idf)
+    assert np.allclose(on_driver.weights, where_it_is.weights, rtol=1e-4, atol=1e-6)
+    model = Model("tfidf-logreg", 2)
+    ours, theirs = model.score(on_driver, df, ""), model.score(where_it_is, df, "")
+    assert {k: ours[k] for k in ("accuracy", "f1", "precision", "recall")} == {
+        k: theirs[k] for k in ("accuracy", "f1", "precision", "recall")
+    }
+    assert abs(ours["auc"] - theirs["auc"]) < 1e-3
