@@ -24,10 +24,11 @@ import numpy as np
 import pyarrow as pa
 
 from dpspark.bundle import Resources, cached
-from dpspark.engine import nw_sw
+from dpspark.engine import classification, logreg, nw_sw
 from dpspark.progress import Progress
 from dpspark.run.inputs import read_local
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
+from dpspark.run.settings import LABEL, TEXT
 from dpspark.scratch import scratch_dir
 from dpspark.text import count_tokens, decode_strings, most_frequent
 
@@ -86,6 +87,29 @@ def _each(n: int, work: Callable[[int], list[bytes]], progress: Progress | None)
     return out
 
 
+class LocalClassifier:
+    """The utility commands' classifier (``dpspark.engine.logreg``) over a table in this process: the same
+    blocks, fit and counts as Spark's driver fit of the same rows."""
+
+    def __init__(self, name: str, n_classes: int) -> None:
+        self.name, self.n_classes = name, n_classes
+
+    def params(self) -> dict[str, Any]:
+        return logreg.params(self.name)
+
+    def _block(self, data: pa.Table, bundle: str) -> logreg.Block:
+        embedding = () if self.name == "tfidf-logreg" else (local_bundle(bundle).vectors, local_bundle(bundle).words)
+        labels = np.asarray(data.column(LABEL).to_pylist(), dtype=np.float64)
+        return logreg.block(self.name, data.column(TEXT).to_pylist(), labels, *embedding)
+
+    def fit(self, data: pa.Table, bundle: str) -> logreg.Fitted:
+        return logreg.fit_held([self._block(data, bundle)], self.n_classes)
+
+    def score(self, fitted: logreg.Fitted, data: pa.Table, bundle: str) -> dict[str, float]:
+        counts = classification.create(*logreg.scored(fitted, self._block(data, bundle)))
+        return {**classification.finish(counts, self.n_classes), **classification.majority(counts)}
+
+
 class LocalBackend:
     """The ``Backend`` primitives over pyarrow tables in this process (see the module docstring)."""
 
@@ -133,6 +157,9 @@ class LocalBackend:
 
     def token_counts(self, data: pa.Table, column: str) -> dict[str, int]:
         return dict(count_tokens(data.column(column)))
+
+    def classifier(self, name: str, n_classes: int) -> LocalClassifier:
+        return LocalClassifier(name, n_classes)
 
     def ship_arrays(self, arrays: dict[str, np.ndarray]) -> str:
         def write(directory: Path) -> None:

@@ -116,7 +116,7 @@ def labelled_frame(df: DataFrame, config: EvaluateUtilityConfig, keys: list[str]
     index = F.create_map(*[x for i, k in enumerate(keys) for x in (F.lit(k), F.lit(float(i)))])
     out = df.select(
         F.coalesce(F.col(quote(config.text_column)), F.lit("")).alias(TEXT),
-        index[F.col(quote(config.label_column)).cast("string")].alias(LABEL),
+        F.element_at(index, F.col(quote(config.label_column)).cast("string")).alias(LABEL),  # Connect 3.5: no map[col]
     )
     tasks = max(1, math.ceil(rows / ROWS_PER_TASK))
     return out.coalesce(tasks) if num_partitions(out) > tasks else out

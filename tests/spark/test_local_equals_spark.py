@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -66,3 +67,43 @@ def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path):
     assert same(a.to_pylist(), b.to_pylist())
     assert a.column("doc_rows").to_pylist() == [4, 4]  # every row holding london or river
     assert manifests["spark"]["corpus"] == manifests["local"]["corpus"]
+
+
+@pytest.mark.parametrize("model", ["tfidf-logreg", "embedding-logreg"])
+def test_the_classifier_is_the_same_on_both_engines(spark, tmp_path, model):
+    """evaluate-utility's and compare's classifier: Spark's driver fit (the features computed on the executors,
+    in Arrow batches of 40 rows) and the local engine's of the same rows give the same weights and the same
+    scores, bit for bit."""
+    from pyspark.sql import functions as F
+
+    from dpspark.config import PerturbConfig
+    from dpspark.embeddings import embeddings_of
+    from dpspark.prepare import prepare
+    from dpspark.run.local import LocalBackend
+    from dpspark.run.settings import LABEL, TEXT
+    from dpspark.spark import io
+    from dpspark.spark.sparkbackend import SparkBackend
+
+    words = "free prize win call now city river london dog home quiet calm money the a to".split()
+    rng = np.random.default_rng(4)
+    texts = [" ".join(rng.choice(words, 6)) for _ in range(150)]
+    labels = [float(("free" in t) or ("prize" in t)) for t in texts]
+    table = pa.table({TEXT: texts, LABEL: labels})
+    df = spark.createDataFrame(table.to_pandas()).coalesce(1).select(F.col(TEXT), F.col(LABEL))
+    config = PerturbConfig(columns=[TEXT], epsilon=5.0, vocab_size=2000)
+    prepared = prepare(config, embeddings_of(config))
+    spark_backend, local = SparkBackend(spark, "t"), LocalBackend("t")
+    with local:
+        ships = [spark_backend.ship(prepared.write_bundle), local.ship(prepared.write_bundle)]
+        try:
+            with io.SqlConf(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": "40"}):
+                on_spark = spark_backend.classifier(model, 2)
+                fitted = on_spark.fit(df, ships[0].name)
+                spark_scores = on_spark.score(fitted, df, ships[0].name)
+            here = local.classifier(model, 2)
+            fitted_here = here.fit(table, ships[1].name)
+            assert fitted.weights.tobytes() == fitted_here.weights.tobytes()
+            assert same(spark_scores, here.score(fitted_here, table, ships[1].name))
+            assert spark_scores["accuracy"] > spark_scores["majority_rate"]
+        finally:
+            ships[0].close()
