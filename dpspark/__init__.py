@@ -311,9 +311,16 @@ def evaluate_utility(output, text_column, label_column, input=None, df=None, **s
     against the non-private baseline, on a labelled Parquet dataset (``input``) or DataFrame
     (``df``). Writes results, summary.md, plots and a manifest to ``output``; returns the
     manifest. Settings: ``dpspark.config.EvaluateUtilityConfig`` fields."""
-    from dpspark.spark.utility import evaluate_utility as _evaluate_utility
+    from dpspark import local
+    from dpspark.config import EvaluateUtilityConfig
 
-    return _evaluate_utility(output, text_column, label_column, input=input, df=df, **settings)
+    given = {"output": output, "text_column": text_column, "label_column": label_column, "input": input}
+    config = EvaluateUtilityConfig.parse({**given, **settings})
+    if df is None:
+        return local.evaluate_utility(config)
+    from dpspark.spark.utility import run_evaluate_utility  # a DataFrame is Spark's
+
+    return run_evaluate_utility(config, df=df)
 
 
 def privacy_risk(output, text_column, input=None, df=None, **settings):  # noqa: A002, ANN001, ANN201

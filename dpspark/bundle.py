@@ -82,6 +82,13 @@ class Resources:
             self.derived["mechanisms"] = [spec.build(self.space()) for spec in specs]
         return self.derived["mechanisms"]
 
+    def perturber(self, vocabulary_only: bool = False) -> TextPerturber:
+        """The release's ``TextPerturber`` of this bundle (``perturber_from``), cached."""
+        key = "vocabulary-only" if vocabulary_only else "perturber"
+        if key not in self.derived:
+            self.derived[key] = perturber_from(self, vocabulary_only)
+        return self.derived[key]
+
 
 def _write_embedding(d: Path, embeddings: Embeddings) -> None:
     np.save(d / "vectors.npy", embeddings.vectors)

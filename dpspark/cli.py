@@ -437,15 +437,15 @@ def _cmd_calibrate(c: Any) -> int:
 
 
 def _cmd_evaluate_utility(c: Any) -> int:
-    from dpspark.spark.utility import run_evaluate_utility
+    from dpspark import local
 
-    m = run_evaluate_utility(c)
+    m = local.evaluate_utility(c)
     md = Path(c.output) / "summary.md"
     table = md.read_text(encoding="utf-8") if md.is_file() else ""
     t = m["timings"]
     _print(
         f"{table}\n{t['grid_points']} grid points in {t['grid_s']} s ({t['per_grid_point_s']} s each); "
-        f"results, summary, plots and manifest in {c.output}"
+        f"results, summary, plots and manifest in {c.output} (engine: {m['engine']})"
     )
     return 0
 
@@ -464,13 +464,14 @@ def _cmd_privacy_risk(c: Any) -> int:
 
 
 def _cmd_compare(c: Any) -> int:
-    from dpspark.spark.compare import run_compare
+    from dpspark import local
 
-    m = run_compare(c)
+    m = local.compare(c)
     md = Path(c.output) / "report.md"
     _print(md.read_text(encoding="utf-8") if md.is_file() else m["recommendation"])
     t = m["timings"]
-    _print(f"\n{t['grid_points']} settings, {t['per_grid_point_s']} s each; report.md, report.html in {c.output}")
+    where = f"report.md, report.html in {c.output} (engine: {m['engine']})"
+    _print(f"\n{t['grid_points']} settings, {t['per_grid_point_s']} s each; {where}")
     bounded = c.max_utility_loss is not None or c.max_reidentification is not None
     if bounded and m["recommended"] is None:
         print("dpspark compare: no setting of the grid meets these bounds", file=sys.stderr)

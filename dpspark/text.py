@@ -323,6 +323,40 @@ class TextPerturber:
         out, per_row = self.perturb_array(array, rng)
         return out, {}, per_row
 
+    def perturb_batch(
+        self,
+        batch: pa.RecordBatch,
+        rng: np.random.Generator,
+        columns: Sequence[str],
+        keep: bool = False,
+        extra: Sequence[str] = (),
+    ) -> tuple[list[str], list[pa.Array], np.ndarray]:
+        """One record batch of a release: its ``columns`` perturbed in place (document units: a row's columns
+        share the unit's budget, ``perturb_units``), then ``<col>_<suffix>`` for each of the mechanism's
+        ``extra`` columns, then ``<col>_original`` if ``keep``. Returns (names, arrays, per-row counts summed
+        over the columns: ``COUNT_NAMES``). Every engine's release runs this per batch."""
+        names, arrays = list(batch.schema.names), list(batch.columns)
+        at = [names.index(col) for col in columns]
+        originals = [arrays[i] for i in at]
+        if self.unit_budget is not None:
+            done = [(array, {}, per_row) for array, per_row in self.perturb_units(originals, rng)]
+        else:
+            done = [self.perturb(array, rng) for array in originals]
+        totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
+        added: dict[str, list[pa.Array]] = {suffix: [] for suffix in extra}
+        for i, (array, columns_of, per_row) in zip(at, done):
+            arrays[i] = array
+            for suffix in extra:
+                added[suffix].append(columns_of[suffix])
+            totals += per_row
+        for suffix in extra:
+            names += [f"{c}_{suffix}" for c in columns]
+            arrays += added[suffix]
+        if keep:
+            names += [f"{c}_original" for c in columns]
+            arrays += originals
+        return names, arrays, totals
+
     def perturb_documents(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, pa.Array, np.ndarray]:
         """SynTF's synthetic document of each row: n words, each the mechanism's draw from a word taken
         uniformly from the row's in-vocabulary tokens (its term frequencies), n = the spec's ``draws`` or

@@ -28,13 +28,16 @@ utility says nothing about the mechanism.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dpspark.engine import classification
+from dpspark.errors import InputDataError
 
 BINARY_METRICS = ("accuracy", "precision", "recall", "f1", "auc", "macro_f1")
 MULTICLASS_METRICS = ("accuracy", "macro_f1")
@@ -48,6 +51,58 @@ _T975 = (
     2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
+
+
+SPLIT_METHOD = "keyed hash of (class, text): BLAKE2b keyed by split_seed, a row in test when below test_fraction"
+
+
+def in_test(texts: Sequence[str | None], labels: Sequence[float], seed: int, fraction: float) -> np.ndarray:
+    """The labelled split, a pure function of each row (``SPLIT_METHOD``): the same rows on every engine and
+    partitioning, and a text repeated under one class always on one side (no copy of a test row in train)."""
+    key = int(seed).to_bytes(8, "little", signed=True)
+    out = np.empty(len(texts), dtype=bool)
+    for i, (text, label) in enumerate(zip(texts, labels)):
+        data = int(label).to_bytes(4, "little") + (text or "").encode("utf-8", "surrogatepass")
+        h = int.from_bytes(hashlib.blake2b(data, key=key, digest_size=8).digest(), "little")
+        out[i] = h < fraction * 2.0**64
+    return out
+
+
+MAX_CLASSES = 1000
+
+
+def check_classes(rows: Sequence[tuple[Any, int]], label: str) -> list[int]:
+    """The order of the label column's (value, rows) pairs by value (the class indices; the last class is the
+    positive one of binary metrics), after the refusals: a null or NaN value, one class, over MAX_CLASSES."""
+    missing = [n for v, n in rows if v is None or (isinstance(v, float) and math.isnan(v))]
+    if missing:
+        raise InputDataError(
+            f"label column {label!r} has {sum(missing)} null or NaN value(s): drop or label those rows first (every "
+            "row needs a class)"
+        )
+    if len(rows) < 2:
+        only = f"only the value {rows[0][0]!r}" if rows else "no rows"
+        raise InputDataError(
+            f"label column {label!r} has {only}: a classifier needs at least two classes; check --label-column"
+        )
+    if len(rows) > MAX_CLASSES:
+        raise InputDataError(
+            f"label column {label!r} has {len(rows)} distinct values (at most {MAX_CLASSES}): is it really a label?"
+        )
+    return sorted(range(len(rows)), key=lambda i: rows[i][0])
+
+
+def check_split(counts: dict[str, dict[int, int]], values: Sequence, rows: int, fraction: float) -> None:
+    """Every class in both halves (``counts``: half → class index → rows), else one sentence naming the fix."""
+    missing = [(name, values[k]) for name in ("train", "test") for k in range(len(values)) if not counts[name].get(k)]
+    if missing:
+        name, value = missing[0]
+        raise InputDataError(
+            f"too few rows for the split: {rows} rows with test fraction {fraction:g} give "
+            f"{sum(counts['train'].values())} train and {sum(counts['test'].values())} test rows, and the {name} split "
+            f"has no row of class {value!r}; every class needs rows in both splits: give more rows (tens per class at "
+            "least) or change --test-fraction"
+        )
 
 
 def metric_names(n_classes: int) -> tuple[str, ...]:

@@ -17,7 +17,8 @@ merges by key and finishes on the driver.
 The engines: ``nw_sw`` (privacy-stats' Nw and Sw), ``exact_attack`` (privacy-risk's and compare's
 attacker with exact likelihoods), ``fitted_attack`` (the same attacker fitted on runs, where a state per
 item, its pair counts, stays where it was drawn between the passes),
-``classification`` (the utility commands' scores), and the field's
+``classification`` (the utility commands' scores), ``logreg`` (their classifier: its objective's value and
+gradient a sum over blocks of rows), and the field's
 metrics as partial sums (``dpspark.evaluation.field_metrics``: ``*_partial``, ``combine``, ``finish``).
 """
 

@@ -574,6 +574,29 @@ def majority_columns(row: dict[str, Any], baseline: dict[str, Any]) -> dict[str,
 TEXT_SUMS = ("pp", "low", "cs", "dictionary")  # each a (numerator, denominator) pair, summed over batches
 
 
+def text_sums(
+    res: Any,
+    perturbed: list[str | None],
+    original: list[str | None],
+    rare: frozenset[str],
+    first: int | None,
+    aligned: bool,
+) -> np.ndarray:
+    """The (numerator, denominator) pairs of ``TEXT_SUMS`` over a batch of rows (perturbed text, the original
+    beside it), from a shipped bundle's resources ``res``: an engine's partial, added over batches."""
+    if "dictionary" not in res.derived:
+        res.derived["dictionary"] = fm.english_words(fallback=res.words.take(np.arange(len(res.words))))
+    pert = [(t or "").split() for t in perturbed]  # layout single: one field per token
+    orig = [tokenize(t or "")[0] for t in original]
+    parts = [
+        fm.perturbation_partial(orig, pert, first, aligned),
+        fm.low_partial(orig, pert, rare, aligned),
+        fm.cosine_partial(orig, pert, fm.mean_vector_encoder(res.vectors, res.words)),
+        fm.dictionary_partial(pert, res.derived["dictionary"]),
+    ]
+    return np.array([float(part[i]) for part in parts for i in (0, 1)], dtype=np.float64)
+
+
 def finish_text_metrics(sums: np.ndarray | None) -> dict[str, float]:
     """PP, LOW, CS and the dictionary share from their (numerator, denominator) sums (NaN: none measured)."""
     if sums is None:

@@ -26,14 +26,17 @@ import pyarrow as pa
 from dpspark.bundle import Resources, cached
 from dpspark.engine import classification, logreg, nw_sw
 from dpspark.progress import Progress
+from dpspark.rng import batch_generator
+from dpspark.run.compare import text_sums
 from dpspark.run.inputs import read_local
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
-from dpspark.run.settings import LABEL, TEXT
+from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.scratch import scratch_dir
 from dpspark.text import count_tokens, decode_strings, most_frequent
 
 log = logging.getLogger("dpspark")
 
+BATCH_ROWS = 10_000  # rows per batch of the release's transform: Spark's Arrow batches in a session dpspark starts
 _bundles: OrderedDict[str, Resources] = OrderedDict()
 _embeddings: OrderedDict[str, tuple] = OrderedDict()
 
@@ -160,6 +163,33 @@ class LocalBackend:
 
     def classifier(self, name: str, n_classes: int) -> LocalClassifier:
         return LocalClassifier(name, n_classes)
+
+    def perturbed(
+        self, data: pa.Table, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False
+    ) -> pa.Table:
+        """The release's transform of the text column in this process: the table as one partition in batches
+        of ``BATCH_ROWS`` (Spark's Arrow batches of a one-task input), batch i drawing from
+        ``batch_generator(key, 0, i)``, so a one-task Spark run draws the same."""
+        perturber = local_bundle(bundle).perturber(vocabulary_only)
+        batches = []
+        for number, batch in enumerate(data.to_batches(max_chunksize=BATCH_ROWS)):
+            names, arrays, _ = perturber.perturb_batch(batch, batch_generator(key, 0, number), [TEXT], keep)
+            batches.append(pa.RecordBatch.from_arrays(arrays, names=names))
+        if not batches:
+            return data.append_column(ORIGINAL, data.column(TEXT)) if keep else data
+        return pa.Table.from_batches(batches)
+
+    def without(self, data: pa.Table, column: str) -> pa.Table:
+        return data.drop([column])
+
+    def release(self, data: pa.Table) -> None:
+        return None  # nothing held but the table itself
+
+    def text_metric_sums(
+        self, noisy: pa.Table, bundle: str, rare: frozenset[str], first: int | None, aligned: bool
+    ) -> np.ndarray:
+        res = local_bundle(bundle)
+        return text_sums(res, noisy.column(TEXT).to_pylist(), noisy.column(ORIGINAL).to_pylist(), rare, first, aligned)
 
     def ship_arrays(self, arrays: dict[str, np.ndarray]) -> str:
         def write(directory: Path) -> None:

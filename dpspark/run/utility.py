@@ -113,7 +113,7 @@ def evaluate(
         "classes": [{"label": v, "rows": c} for v, c in zip(values, class_counts)],
         "positive_class": values[-1] if n_classes == 2 else None,
         "rows": {"train": n_train, "test": n_test},
-        "split": {"method": "DataFrame.randomSplit", "test_fraction": config.test_fraction, "seed": config.split_seed},
+        "split": {"method": utility.SPLIT_METHOD, "test_fraction": config.test_fraction, "seed": config.split_seed},
         "model": config.model,
         "model_params": model.params(),
         "modes": list(modes),

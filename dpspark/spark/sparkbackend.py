@@ -23,10 +23,9 @@ from scipy import sparse
 
 from dpspark.config import PerturbConfig
 from dpspark.engine import classification, logreg
-from dpspark.evaluation import field_metrics as fm
 from dpspark.progress import Progress, describe
 from dpspark.run.backend import Classifier, pack, unpack
-from dpspark.run.compare import TEXT_SUMS
+from dpspark.run.compare import TEXT_SUMS, text_sums
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.spark import backend, io, resources
@@ -35,7 +34,7 @@ from dpspark.spark.perturb import check_columns, vocabulary_from_corpus
 from dpspark.spark.session import is_connect
 from dpspark.spark.transform import count_columns, map_in_arrow, perturb, quote, token_counts
 from dpspark.stats import WorkItem
-from dpspark.text import decode_strings, tokenize
+from dpspark.text import decode_strings
 
 # The training half's blocks are fitted in the driver's process up to this many bytes of features (about
 # 2.5 million tokens); a larger half is fitted where it is, one Spark job per step of the optimiser.
@@ -278,33 +277,15 @@ class SparkBackend:
 # --- the field's text metrics, on the executors -------------------------------------------------------
 
 
-def _dictionary(res: Any) -> Any:
-    if "dictionary" not in res.derived:
-        res.derived["dictionary"] = fm.english_words(fallback=res.words.take(np.arange(len(res.words))))
-    return res.derived["dictionary"]
-
-
 def _metric_batches(
     batches: Iterator[pa.RecordBatch], bundle: str, rare: frozenset[str], first: int | None, aligned: bool
 ) -> Iterator[pa.RecordBatch]:
     """One row of partial sums per Arrow batch of (perturbed text, original text)."""
-    from dpspark.spark.resources import resources as loaded
-
-    res = loaded(bundle)
-    encode = fm.mean_vector_encoder(res.vectors, res.words)
-    words = _dictionary(res)
+    res = resources.resources(bundle)
     for b in batches:
-        pert = [(t or "").split() for t in b.column(0).to_pylist()]  # layout single: one field per token
-        orig = [tokenize(t or "")[0] for t in b.column(1).to_pylist()]
-        parts = [
-            fm.perturbation_partial(orig, pert, first, aligned),
-            fm.low_partial(orig, pert, rare, aligned),
-            fm.cosine_partial(orig, pert, encode),
-            fm.dictionary_partial(pert, words),
-        ]
-        yield pa.RecordBatch.from_pydict(
-            {f"{name}_{i}": [float(part[i])] for name, part in zip(TEXT_SUMS, parts) for i in (0, 1)}
-        )
+        sums = text_sums(res, b.column(0).to_pylist(), b.column(1).to_pylist(), rare, first, aligned)
+        names = [f"{name}_{i}" for name in TEXT_SUMS for i in (0, 1)]
+        yield pa.RecordBatch.from_pydict({n: [float(v)] for n, v in zip(names, sums)})
 
 
 def text_metric_sums(

@@ -25,7 +25,6 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_type
 
 from dpspark.arrow import numbers, numpy_dtype, to_numpy
-from dpspark.bundle import perturber_from
 from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
@@ -33,7 +32,6 @@ from dpspark.spark.resources import resources
 from dpspark.text import (
     COLUMN_TYPES,
     COUNT_NAMES,
-    TextPerturber,
     count_tokens,
     decode_strings,
     split_array,
@@ -141,14 +139,6 @@ def count_columns(run_id: str) -> list[str]:
     return [f"__dpspark_{run_id[:12]}_{n}" for n in COUNT_NAMES]
 
 
-def _perturber(bundle: str, vocabulary_only: bool = False) -> TextPerturber:
-    res = resources(bundle)
-    key = "vocabulary-only" if vocabulary_only else "perturber"
-    if key not in res.derived:
-        res.derived[key] = perturber_from(res, vocabulary_only)
-    return res.derived[key]
-
-
 def _task_partition() -> int:
     from pyspark import TaskContext
 
@@ -169,28 +159,9 @@ def _perturb_batches(
     perturber = None
     for number, batch in enumerate(batches):
         if perturber is None:  # loaded at the first batch: an empty partition loads nothing
-            perturber = _perturber(bundle, vocabulary_only)
+            perturber = resources(bundle).perturber(vocabulary_only)
         rng = batch_generator(job_key, partition, number)
-        names, arrays = list(batch.schema.names), list(batch.columns)
-        totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
-        added: dict[str, list[pa.Array]] = {suffix: [] for suffix in extra}
-        at = [names.index(col) for col in columns]
-        originals = [arrays[i] for i in at]
-        if perturber.unit_budget is not None:  # document units: a row's columns share its budget
-            done = [(array, {}, per_row) for array, per_row in perturber.perturb_units(originals, rng)]
-        else:
-            done = [perturber.perturb(array, rng) for array in originals]
-        for i, (array, columns_of, per_row) in zip(at, done):
-            arrays[i] = array
-            for suffix in extra:
-                added[suffix].append(columns_of[suffix])
-            totals += per_row
-        for suffix in extra:
-            names += [f"{c}_{suffix}" for c in columns]
-            arrays += added[suffix]
-        if keep:
-            names += [f"{c}_original" for c in columns]
-            arrays += originals
+        names, arrays, totals = perturber.perturb_batch(batch, rng, columns, keep, extra)
         names += counts
         arrays += [numbers(totals[:, j], np.int64) for j in range(len(COUNT_NAMES))]
         yield pa.RecordBatch.from_arrays(arrays, names=names)

@@ -5,8 +5,8 @@ One Spark job for a labelled Parquet dataset (Xu et al. 2020 §5.2; Feyisetan et
 
 1. read, check the text and label columns, map the labels to class indices (sorted
    label values; the last one is the positive class of binary metrics);
-2. a fixed train/test split (``randomSplit`` with ``split_seed``: not noise randomness,
-   stated in the manifest), both halves persisted in memory and reused by every run;
+2. a fixed train/test split (``utility.in_test``: a hash of each row keyed by ``split_seed``, not noise
+   randomness, stated in the manifest), both halves persisted in memory and reused by every run;
 3. the non-private **baseline**: the model trained on plain train, scored on plain test;
 4. for every setting of the grid (``config.settings()``: mechanisms × ε × each
    mechanism's own axes; without ``--mechanisms`` the noise family's default grid),
@@ -36,15 +36,17 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from dpspark import utility
 from dpspark.config import EvaluateUtilityConfig
 from dpspark.errors import InputDataError
 from dpspark.prepare import local_writes
@@ -54,12 +56,11 @@ from dpspark.spark import io, lineage
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect, quiet_spark_logs
 from dpspark.spark.sparkbackend import SparkBackend
-from dpspark.spark.transform import quote
+from dpspark.spark.transform import map_in_arrow, quote
 
 log = logging.getLogger("dpspark")
 
 ROWS_PER_TASK = 20_000  # small data runs as few tasks: a large half's fit is one Spark job per step
-MAX_CLASSES = 1000
 
 
 # --- input ------------------------------------------------------------------------------------------
@@ -89,26 +90,11 @@ def check_input(df: DataFrame, config: EvaluateUtilityConfig) -> None:
 
 
 def label_classes(df: DataFrame, label: str) -> tuple[list[Any], list[str], list[int]]:
-    """(label values sorted, their string forms as Spark casts them, row counts): refuses nulls, NaN and one
-    class."""
+    """(label values sorted, their string forms as Spark casts them, row counts): refuses nulls, NaN, one class
+    and too many (``utility.check_classes``)."""
     rows = df.groupBy(F.col(quote(label)).alias("v"), F.col(quote(label)).cast("string").alias("k")).count().collect()
-    missing = [r for r in rows if r["v"] is None or (isinstance(r["v"], float) and math.isnan(r["v"]))]
-    if missing:
-        raise InputDataError(
-            f"label column {label!r} has {sum(r['count'] for r in missing)} null or NaN value(s): drop or label "
-            "those rows first (every row needs a class)"
-        )
-    if len(rows) < 2:
-        only = f"only the value {rows[0]['v']!r}" if rows else "no rows"
-        raise InputDataError(
-            f"label column {label!r} has {only}: a classifier needs at least two classes; check --label-column"
-        )
-    if len(rows) > MAX_CLASSES:
-        raise InputDataError(
-            f"label column {label!r} has {len(rows)} distinct values (at most {MAX_CLASSES}): is it really a label?"
-        )
-    rows.sort(key=lambda r: r["v"])
-    return [r["v"] for r in rows], [r["k"] for r in rows], [int(r["count"]) for r in rows]
+    order = utility.check_classes([(r["v"], int(r["count"])) for r in rows], label)
+    return [rows[i]["v"] for i in order], [rows[i]["k"] for i in order], [int(rows[i]["count"]) for i in order]
 
 
 def labelled_frame(df: DataFrame, config: EvaluateUtilityConfig, keys: list[str], rows: int) -> DataFrame:
@@ -130,26 +116,33 @@ def num_partitions(df: DataFrame) -> int:
     return 1 if last is None else last + 1
 
 
+def _with_side(batches: Iterator[pa.RecordBatch], seed: int, fraction: float) -> Iterator[pa.RecordBatch]:
+    for b in batches:
+        side = utility.in_test(b.column(0).to_pylist(), b.column(1).to_pylist(), seed, fraction)
+        yield pa.RecordBatch.from_arrays([b.column(0), b.column(1), pa.array(side)], names=[TEXT, LABEL, "test"])
+
+
 def split(df: DataFrame, config: EvaluateUtilityConfig, values: list[Any], rows: int) -> tuple[DataFrame, DataFrame]:
-    """The fixed split, persisted in memory; every class must be in both halves."""
-    f = config.test_fraction
-    train, test = df.randomSplit([1.0 - f, f], seed=config.split_seed)
-    train, test = train.persist(StorageLevel.MEMORY_ONLY), test.persist(StorageLevel.MEMORY_ONLY)
+    """The fixed split (``utility.in_test``: a keyed hash of each row, computed on the executors), both halves
+    persisted in memory; every class must be in both halves."""
+    seed, f = config.split_seed, config.test_fraction
+    fields = [
+        T.StructField(TEXT, T.StringType()),
+        T.StructField(LABEL, T.DoubleType()),
+        T.StructField("test", T.BooleanType()),
+    ]
+    sided = map_in_arrow(df.select(TEXT, LABEL), lambda it: _with_side(it, seed, f), fields)
+    train = sided.filter(~F.col("test")).drop("test").persist(StorageLevel.MEMORY_ONLY)
+    test = sided.filter(F.col("test")).drop("test").persist(StorageLevel.MEMORY_ONLY)
     counts = {}
     for name, part in (("train", train), ("test", test)):
         counts[name] = {int(r[LABEL]): int(r["count"]) for r in part.groupBy(LABEL).count().collect()}
-    missing = [
-        (name, values[k]) for name in ("train", "test") for k in range(len(values)) if counts[name].get(k, 0) == 0
-    ]
-    if missing:
+    try:
+        utility.check_split(counts, values, rows, f)
+    except InputDataError:
         train.unpersist()
         test.unpersist()
-        name, value = missing[0]
-        raise InputDataError(
-            f"too few rows for the split: {rows} rows with test fraction {f:g} give {sum(counts['train'].values())} "
-            f"train and {sum(counts['test'].values())} test rows, and the {name} split has no row of class {value!r}; "
-            "every class needs rows in both splits: give more rows (tens per class at least) or change --test-fraction"
-        )
+        raise
     return train, test
 
 
@@ -193,6 +186,7 @@ def run_labelled(
             train.unpersist()
             test.unpersist()
         manifest.update(run_id=out.run_id, started_at=started, duration_s=round(time.time() - t_start, 3))
+        manifest["engine"] = "spark"
         out.commit(manifest)
     log.info("%s finished in %.1f s", command, manifest["duration_s"])
     return manifest

@@ -257,7 +257,7 @@ def test_the_text_metrics_folded_on_the_executors_equal_the_one_pass_figures(spa
     from dpspark.run.compare import finish_text_metrics
     from dpspark.run.settings import ORIGINAL, TEXT
     from dpspark.spark import resources
-    from dpspark.spark.sparkbackend import _dictionary, text_metric_sums
+    from dpspark.spark.sparkbackend import text_metric_sums
     from dpspark.text import tokenize
 
     texts = [r[0] for r in spark.read.parquet(data).select("text").collect()]
@@ -277,7 +277,9 @@ def test_the_text_metrics_folded_on_the_executors_equal_the_one_pass_figures(spa
             "pp": fm.finish(fm.perturbation_partial(orig, pert, None, aligned)),
             "low": fm.finish(fm.low_partial(orig, pert, rare, aligned)),
             "cs": fm.cosine_similarity(orig, pert, fm.mean_vector_encoder(res.vectors, res.words)),
-            "dictionary": fm.dictionary_share(pert, _dictionary(res)),
+            "dictionary": fm.dictionary_share(
+                pert, fm.english_words(fallback=res.words.take(np.arange(len(res.words))))
+            ),
         }
     finally:
         shipment.close()

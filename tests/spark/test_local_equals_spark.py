@@ -1,6 +1,6 @@
-"""Spark = local: for one seed, privacy-stats and privacy-risk give the same figures on Spark and on the local
-engine (``--engine local``): the draws are keyed by work item (and a document's by its row), never by where
-they run."""
+"""Spark = local: for one seed, privacy-stats, privacy-risk, evaluate-utility and compare give the same figures on
+Spark and on the local engine (``--engine local``): the draws are keyed by work item (a document's by its row, a
+release batch's by its partition and number), never by where they run."""
 
 from __future__ import annotations
 
@@ -67,6 +67,34 @@ def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path):
     assert same(a.to_pylist(), b.to_pylist())
     assert a.column("doc_rows").to_pylist() == [4, 4]  # every row holding london or river
     assert manifests["spark"]["corpus"] == manifests["local"]["corpus"]
+
+
+def test_evaluate_utility_is_the_same_on_both_engines(tmp_path, sms120):
+    """The same split (a keyed hash of each row), the same perturbed copies (one task: batch i draws from
+    (key, 0, i) on both), the same fit: results.parquet equal, value for value."""
+    argv = ["evaluate-utility", "--input", sms120, "--text-column", "text", "--label-column", "label"]
+    argv += ["--epsilons", "10", "--lambdas", "0,1", "--mode", "both", "--repeats", "1", "--vocab-size", "2000"]
+    manifests = run_both(tmp_path, argv)
+    a, b = (pq.read_table(tmp_path / e / "results.parquet") for e in ("spark", "local"))
+    assert a.num_rows == 5 and a.schema == b.schema  # the baseline, 2 settings × 2 modes
+    assert same(a.to_pylist(), b.to_pylist())
+    for key in ("rows", "classes", "split", "model_params", "settings"):
+        assert manifests["spark"][key] == manifests["local"][key], key
+
+
+def test_compare_is_the_same_on_both_engines(tmp_path, sms120):
+    """compare's whole table (utility, the attacker, Nw/Sw, the text metrics) and its equal-privacy table, equal
+    on both engines but the seconds each setting took."""
+    argv = ["compare", "--input", sms120, "--text-column", "text", "--label-column", "label", "--repeats", "1"]
+    argv += ["--mechanisms", "laplace,tem", "--epsilons", "10", "--runs", "4", "--vocab-size", "2000"]
+    manifests = run_both(tmp_path, argv)
+    for name in ("compare.parquet", "equal_privacy.parquet"):
+        a, b = (pq.read_table(tmp_path / e / name) for e in ("spark", "local"))
+        if "time_s" in a.schema.names:
+            a, b = a.drop(["time_s"]), b.drop(["time_s"])
+        assert a.num_rows >= 1 and a.schema == b.schema, name
+        assert same(a.to_pylist(), b.to_pylist()), name
+    assert manifests["spark"]["recommended"] == manifests["local"]["recommended"]
 
 
 @pytest.mark.parametrize("model", ["tfidf-logreg", "embedding-logreg"])

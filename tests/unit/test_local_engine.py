@@ -1,6 +1,6 @@
-"""The local engine (``--engine local``, ``dpspark.local``): privacy-stats and privacy-risk over a
-``LocalBackend`` in this process, no JVM; what it refuses; and that it runs where pyspark cannot be imported.
-Its figures equal Spark's for a seed: tests/spark/test_local_equals_spark.py."""
+"""The local engine (``--engine local``, ``dpspark.local``): privacy-stats, privacy-risk, evaluate-utility and
+compare over a ``LocalBackend`` in this process, no JVM; what it refuses; and that it runs where pyspark cannot be
+imported. Its figures equal Spark's for a seed: tests/spark/test_local_equals_spark.py."""
 
 from __future__ import annotations
 
@@ -125,7 +125,8 @@ def test_local_engine_refusals_leave_nothing_behind(raw, tmp_path, capsys, monke
 
 
 def test_without_pyspark_the_default_engine_is_local(corpus, tmp_path):
-    """A machine where pyspark cannot be imported: privacy-risk with no --engine runs locally and says so."""
+    """A machine where pyspark cannot be imported: privacy-risk and compare with no --engine run locally and say
+    so."""
     blocker = tmp_path / "nopyspark"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['pyspark'] = None  # as if not installed\n")
@@ -141,3 +142,75 @@ def test_without_pyspark_the_default_engine_is_local(corpus, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "engine: local" in done.stdout
     assert json.loads((out / "_dpspark_manifest.json").read_text())["engine"] == "local"
+    # compare on a CSV, as after `pip install dpspark` on a machine without Java
+    out = tmp_path / "compare"
+    argv = ["compare", "--input", str(labelled_csv(tmp_path)), "--text-column", "text", "--label-column", "label"]
+    argv += ["--mechanisms", "laplace", "--epsilons", "10", "--repeats", "1", "--runs", "4", "--vocab-size", "2000"]
+    done = subprocess.run([*run[:3], *argv, "--output", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "engine: local" in done.stdout and (out / "report.md").is_file()
+
+
+def labelled_csv(directory: Path, rows: int = 120) -> Path:
+    """The first ``rows`` SMS messages as a CSV file (text, label), as a user's export would be."""
+    from dpspark.evaluation.datasets import sms_spam
+
+    table = pq.read_table(sms_spam(directory, rows=rows)).select(["text", "label"])
+    path = directory / "sms.csv"
+    pa.csv.write_csv(table, path)
+    return path
+
+
+def test_evaluate_utility_and_compare_run_locally_on_a_csv(tmp_path, capsys):
+    """The labelled commands without Spark: a CSV in, the split, the perturbed copies, the classifier and (compare)
+    the attacker and text metrics in this process; the outputs and manifests as on Spark (their figures equal
+    Spark's: tests/spark/test_local_equals_spark.py)."""
+    csv = labelled_csv(tmp_path)
+    base = ["--engine", "local", "--input", str(csv), "--text-column", "text", "--label-column", "label"]
+    base += ["--epsilons", "10", "--repeats", "1", "--vocab-size", "2000"]
+    out = tmp_path / "utility"
+    assert main(["evaluate-utility", *base, "--lambdas", "1", "--mode", "both", "--output", str(out)]) == 0
+    assert "engine: local" in capsys.readouterr().out
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert [r["mode"] for r in rows] == ["baseline", "train-time", "test-time"]
+    baseline = rows[0]
+    assert baseline["accuracy"] >= baseline["majority_rate"] and 0.5 <= baseline["auc"] <= 1.0
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["engine"] == "local" and manifest["rows"]["train"] + manifest["rows"]["test"] == 120
+    assert manifest["classes"] == [{"label": "ham", "rows": 101}, {"label": "spam", "rows": 19}]
+    assert manifest["model_params"]["optimizer"].startswith("L-BFGS") and "keyed hash" in manifest["split"]["method"]
+
+    out = tmp_path / "compare"
+    assert main(["compare", *base, "--mechanisms", "laplace,santext", "--runs", "4", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "engine: local" in printed and "## Recommendation" in (out / "report.md").read_text(encoding="utf-8")
+    table = pq.read_table(out / "compare.parquet").to_pylist()
+    assert [r["mechanism"] for r in table] == ["laplace", "santext"]
+    assert all(0.0 <= r["top1"] <= 1.0 and 0.0 <= r["train-time_accuracy"] <= 1.0 for r in table)
+    assert json.loads((out / "_dpspark_manifest.json").read_text())["engine"] == "local"
+
+
+def test_the_local_labelled_commands_refuse_bad_labels_and_leave_nothing(tmp_path, capsys):
+    """The refusals of Spark's labelled input, before any work: a null label, one class, a text column that is
+    not text, too few rows of a class for the split; each one sentence, its exit code, nothing written."""
+    rows = 40
+    texts = [f"message number {i} about {'money' if i % 4 == 0 else 'dinner'}" for i in range(rows)]
+    tables = {
+        "null.parquet": pa.table({"text": texts, "label": [None if i == 3 else i % 4 == 0 for i in range(rows)]}),
+        "one.parquet": pa.table({"text": texts, "label": ["ham"] * rows}),
+        "numbers.parquet": pa.table({"text": list(range(rows)), "label": [i % 2 for i in range(rows)]}),
+        "rare.parquet": pa.table({"text": texts, "label": ["spam" if i == 0 else "ham" for i in range(rows)]}),
+    }
+    for name, table in tables.items():
+        pq.write_table(table, tmp_path / name)
+    want = {
+        "null.parquet": "1 null or NaN value(s)",
+        "one.parquet": "only the value 'ham'",
+        "numbers.parquet": "expected string",
+        "rare.parquet": "too few rows for the split",
+    }
+    for name, phrase in want.items():
+        for command in ("evaluate-utility", "compare"):
+            argv = [command, "--engine", "local", "--input", str(tmp_path / name), "--text-column", "text"]
+            argv += ["--label-column", "label", "--epsilons", "5", "--output", str(tmp_path / "out")]
+            refused(capsys, tmp_path, argv, InputDataError.exit_code, phrase)
