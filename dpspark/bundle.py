@@ -291,7 +291,7 @@ def perturber_from(res: Resources, vocabulary_only: bool = False) -> TextPerturb
     if vocabulary_only:
         mech = VocabularyOnly(res.space())
     unit = {}
-    if s.get("unit_budget") is not None:  # a document unit (dpspark.units)
+    if s.get("unit_budget") is not None and not vocabulary_only:  # a document unit (dpspark.units); no noise: none
         unit = {"unit_budget": s["unit_budget"], "allocation": Allocation.parse(s["allocation"], s["over_cap"])}
     return TextPerturber(mech, res.words, s["oov"], s["oov_token"], layout=s["layout"], **unit)
 

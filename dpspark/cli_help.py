@@ -29,7 +29,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "text": ("columns", "column", "text_column", "label_column", "oov", "oov_token", "layout", "keep_original"),
     "mechanism": ("epsilon", "mechanism", *mechanism_parameter_fields(), "delta", "dim", "seed"),
-    "privacy unit": ("privacy_unit", "unit_budget", "allocation", "over_cap"),
+    "privacy unit": ("privacy_unit", "unit_budget", "unit_budgets", "allocation", "over_cap"),
     "bounds": (
         "max_nw_fraction",
         "min_sw",
@@ -161,5 +161,6 @@ HELP_METAVARS: dict[str, str] = {
     "utility_metric": "METRIC",
     "privacy_unit": "token|document",
     "unit_budget": "E",
+    "unit_budgets": "E[,E...]",
     "allocation": "scale|cap:K",
 }

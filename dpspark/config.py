@@ -403,6 +403,18 @@ class MechanismSettings(MechanismParameters):  # type: ignore[misc, valid-type]
         return mechanisms.parse({"name": self.mechanism, "epsilon": epsilon, **self.mechanism_values()})
 
 
+def check_unit_mechanism(name: str, budget: float) -> None:
+    """The mechanisms a privacy unit other than the token cannot take, refused in one sentence."""
+    kind = mechanisms.REGISTRY[name].guarantee_type
+    if kind == "none":
+        units.unit_bound(kind, budget, None)  # its one sentence
+    if mechanisms.REGISTRY[name].text_level:
+        raise ValueError(
+            f"{name} draws whole documents, which a privacy unit does not spread yet: use the token unit, or another "
+            "mechanism"
+        )
+
+
 class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, MechanismSettings):
     """Settings of ``dpspark perturb``. ``epsilon`` has no default: the privacy level is a choice."""
 
@@ -509,14 +521,7 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
             )
         if self.unit_budget is None:
             raise ValueError(f"a {self.privacy_unit} unit needs its budget: give --unit-budget E (e.g. 60)")
-        kind = mechanisms.REGISTRY[self.mechanism].guarantee_type
-        if kind == "none":
-            units.unit_bound(kind, self.unit_budget, None)  # its one sentence
-        if mechanisms.REGISTRY[self.mechanism].text_level:
-            raise ValueError(
-                f"{self.mechanism} draws whole documents, which a privacy unit does not spread yet: use the token "
-                "unit, or another mechanism"
-            )
+        check_unit_mechanism(self.mechanism, self.unit_budget)
         if self.oov == "drop":
             raise ValueError(
                 "oov drop changes a unit's number of tokens, on which its tokens' epsilon depends: use unk or random "
@@ -680,11 +685,15 @@ class GridSettings(Settings):
         for name, values in chosen:
             if name == "mahalanobis" and values.get("lambda") == 0.0:
                 name, values = "laplace", {}  # the same mechanism: one setting, named as the papers do
-            for e in self.epsilons or mechanisms.REGISTRY[name].default_epsilons:
+            for e in self.grid_values() or mechanisms.REGISTRY[name].default_epsilons:
                 spec = mechanisms.parse({"name": name, "epsilon": e, **values})
                 if spec not in specs:
                     specs.append(spec)
         return specs
+
+    def grid_values(self) -> list[float] | None:
+        """The grid's ε values (each setting's ε; a unit's budget E where a privacy unit takes them)."""
+        return getattr(self, "epsilons", None)
 
     def grid_epsilons(self) -> list[float]:
         """Every ε of the grid, sorted: ``--epsilons`` where given, else the union of the mechanisms' default
@@ -847,6 +856,65 @@ class EvaluateUtilityConfig(CorpusGridSettings):
     split_seed: int = Field(
         default=42, ge=0, description="seed of the train/test split (42; a fixed split, not noise randomness)"
     )
+    privacy_unit: str = Field(
+        default="token",
+        description="what one guarantee protects: token (default: the grid is --epsilons per token) or document "
+        "(one row's text: the grid is --unit-budgets, each row's tokens sharing E); docs/privacy-units.md",
+    )
+    unit_budgets: list[float] | None = Field(
+        default=None,
+        description="the grid of unit budgets E, comma-separated, in place of --epsilons when the unit is not the "
+        "token",
+    )
+    allocation: str = Field(
+        default="scale",
+        description="how a unit's budget is spread: scale (default: E/n to each of n tokens) or cap:K (E/K each; "
+        "a unit's tokens after the K-th become the placeholder)",
+    )
+
+    _unit_budgets = before("unit_budgets")(
+        lambda cls, v: None if v is None else [units.check_unit_budget(x) for x in _comma_list(v)]
+    )
+
+    @before("privacy_unit")
+    def _privacy_unit(cls, v: Any) -> str:
+        unit = units.PrivacyUnit.parse(v)
+        if unit.kind == "column":
+            raise ValueError(
+                f"{unit.label()}: the measuring commands take the token or the document unit so far; use token or "
+                "document"
+            )
+        return unit.label()
+
+    @before("allocation")
+    def _allocation(cls, v: Any) -> str:
+        return units.Allocation.parse(v).label()
+
+    @whole
+    def _unit_grid(self) -> None:
+        if self.privacy_unit == "token":
+            if self.unit_budgets is not None or self.allocation != "scale":
+                raise ValueError(
+                    "unit_budgets and allocation apply to a privacy unit other than the token: give --privacy-unit "
+                    "document with --unit-budgets, or --epsilons alone"
+                )
+            return
+        if self.epsilons is not None:
+            raise ValueError(
+                f"with --privacy-unit {self.privacy_unit} the grid is the unit's budget: give --unit-budgets E,... in "
+                "place of --epsilons (each token then gets its share)"
+            )
+        if not self.unit_budgets:
+            raise ValueError(f"a {self.privacy_unit} unit needs its budgets: give --unit-budgets (e.g. 20,60,200)")
+        for spec in self.settings():
+            check_unit_mechanism(spec.name, spec.epsilon)
+
+    def grid_values(self) -> list[float] | None:
+        return self.epsilons if self.privacy_unit == "token" else self.unit_budgets
+
+    @property
+    def allocation_of(self) -> units.Allocation:
+        return units.Allocation.parse(self.allocation)
 
     @after("label_column")
     def _label_column(cls, v: str) -> str:

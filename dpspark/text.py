@@ -186,6 +186,13 @@ def split_array(array: pa.Array) -> Split:
     return Split(array.type, texts, invalid, parts, lengths)
 
 
+def length_counts(array: pa.Array) -> dict[int, int]:
+    """Tokens in a row → rows, over one string array (``split_array``'s lengths: what a privacy unit's allocation
+    counts; a partial: add them over arrays)."""
+    lengths, rows = np.unique(split_array(array).lengths, return_counts=True)
+    return dict(zip(lengths.tolist(), rows.tolist()))
+
+
 class TextPerturber:
     """Applies a WordMechanism to every token of string arrays.
 
@@ -400,8 +407,12 @@ class TextPerturber:
         return strings(result, array.type), tf, per_row
 
     def perturb_texts(self, texts: list[str | None], rng: np.random.Generator) -> list[str | None]:
-        """Convenience for plain Python lists (tests, notebooks)."""
-        return self.perturb_array(pa.array(texts, type=pa.string()), rng)[0].to_pylist()
+        """Convenience for plain Python lists (tests, notebooks, a report's examples); under a privacy unit each
+        text is one unit (``perturb_units``)."""
+        array = pa.array(texts, type=pa.string())
+        if self.unit_budget is not None:
+            return self.perturb_units([array], rng)[0][0].to_pylist()
+        return self.perturb_array(array, rng)[0].to_pylist()
 
 
 def count_tokens(texts: pa.ChunkedArray | pa.Array) -> Counter[str]:

@@ -259,6 +259,27 @@ def shape_counts(rows: int, shape: dict[str, int], budget: float, allocation: Al
     }
 
 
+def shape_of(lengths: dict[int, int], allocation: Allocation) -> dict[str, int]:
+    """``shape_counts``'s shape from a text's tokens per unit (``lengths``: tokens → units): the units with a
+    token, the fewest, median (the smallest n with at least half of them at or below it, as Spark's
+    percentile_approx gives it) and most tokens of such a unit, and under a cap the tokens over it."""
+    held = sorted((n, k) for n, k in lengths.items() if n > 0 and k > 0)
+    units_ = sum(k for _, k in held)
+    shape = {"units": units_, "over_cap": 0}
+    if not units_:
+        return shape
+    seen, median = 0, held[-1][0]
+    for n, k in held:
+        seen += k
+        if 2 * seen >= units_:
+            median = n
+            break
+    shape.update(min=held[0][0], median=median, max=held[-1][0])
+    if allocation.kind == "cap":
+        shape["over_cap"] = sum(max(n - int(allocation.cap), 0) * k for n, k in held)  # type: ignore[arg-type]
+    return shape
+
+
 def unit_bound(
     guarantee_type: str, budget: float, diameter: float | None, *, p: float | None = None, tokens: int | None = None
 ) -> dict[str, Any]:

@@ -241,6 +241,7 @@ class Comparison:
     n_classes: int
     examples: list[str]
     skipped: list[dict[str, Any]]
+    unit: str | None = None  # the privacy unit's sentence (a unit other than the token)
 
     @property
     def analysis(self) -> Analysis:
@@ -279,6 +280,7 @@ class Comparison:
                 f"corpus words ({100 * corpus['token_coverage']:.1f}% of the tokens with a vector).",
                 self.coverage_line(),
                 *self.majority_line(),
+                *([self.unit] if self.unit else []),
                 f"Non-private baseline {m}: {self.baseline[m]:.4f}; vocabulary only (ε = ∞, no noise: each word "
                 f"its nearest vocabulary word) {self.vocabulary_only[f'train-time_{m}']:.4f} train-time, "
                 f"{self.vocabulary_only[f'test-time_{m}']:.4f} test-time. {len(self.points)} settings measured; "

@@ -98,6 +98,8 @@ class Backend(Protocol):
 
     def token_counts(self, data: Data, column: str) -> dict[str, int]: ...  # tokenizer's tokens → occurrences
 
+    def length_counts(self, data: Data, column: str) -> dict[int, int]: ...  # tokens in a row → rows (a unit's shape)
+
     def perturbed(
         self, data: Data, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False
     ) -> Data: ...  # the release's transform of the text column (``keep``: the original beside it)

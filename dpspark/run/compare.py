@@ -58,12 +58,13 @@ from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.compare_analysis import Analysis, round_robin
 from dpspark.evaluation.compare_mlflow import log_to_mlflow
 from dpspark.mechanisms import MechanismSpec
+from dpspark.params import epsilon_value
 from dpspark.prepare import Prepared, prepare_grid
 from dpspark.progress import Costs, duration, eta_line, log_progress, periodically
 from dpspark.rng import derive_key, derived_generator, new_job_key
 from dpspark.run.backend import Backend, Data, Shipment
 from dpspark.run.risk import risk_rows
-from dpspark.run.settings import ORIGINAL, TEXT, prepare_settings, setting_key
+from dpspark.run.settings import ORIGINAL, TEXT, prepare_settings, setting_key, token_epsilon, unit_grid, unit_line
 from dpspark.scratch import scratch_dir
 from dpspark.text import tokenize
 from dpspark.wordfiles import read_word_list, warn_unmatched
@@ -112,6 +113,7 @@ class CompareRun:
         self.planned_extra: float | None = None  # after the grid: the refinement or solve points still expected
         self.grid_epsilons: dict[str, list[float]] = {}
         self.solve_prior: float | None = None  # --solve: the points expected before any is measured
+        self.unit: dict[str, Any] = {}  # the privacy unit's manifest fields (settings.unit_grid), after the baseline
         self.step, self.chunk_started = "preparation", time.monotonic()
 
     # --- the steps -------------------------------------------------------------------------------
@@ -161,6 +163,7 @@ class CompareRun:
             acc, acc, self.baseline["majority_rate"], self.baseline["test_rows"]
         )
         self.corpus = self.corpus_facts()
+        self.unit = unit_grid(self.backend, c, [self.train, self.test])
         self.vocabulary_only = self.measure_vocabulary_only()
         self.timings["baseline_s"] = time.perf_counter() - t0
 
@@ -328,6 +331,7 @@ class CompareRun:
             "mechanism": spec.name,
             "setting": spec.series_label(),
             "epsilon": spec.epsilon,
+            "token_epsilon": self.privacy_spec(spec).epsilon,  # the per-token ε of the privacy columns
             **{a: spec.axes().get(a) for a in report.axis_names()},
             "guarantee_type": facts["guarantee_type"],
             "guarantee_unit": facts["unit"],
@@ -360,6 +364,17 @@ class CompareRun:
             self.n_classes,
             self.examples,
             self.skipped,
+            self.unit_sentence(),
+        )
+
+    def unit_sentence(self) -> str | None:
+        line = unit_line(self.unit)
+        if line is None:
+            return None
+        return (
+            f"{line} Re-identification, the unchanged share and Nw/Sw are measured per token at the median "
+            f"{self.unit['privacy_unit']['kind']}'s ε (compare.parquet's token_epsilon); utility and the text "
+            "metrics come from the unit releases themselves."
         )
 
     def analysis(self) -> Analysis:
@@ -431,6 +446,7 @@ class CompareRun:
             "mechanisms": list(dict.fromkeys(p["mechanism"] for p in self.points)),
             "settings": [p["setting"] for p in self.points],
             "epsilons": c.grid_epsilons(),
+            **self.unit,  # the privacy unit; under a document unit the grid's ε are its budgets E
             "targets": {"reidentification": c.target_reidentification, "nw_fraction": c.target_nw_fraction},
             "bounds": {"max_utility_loss": c.max_utility_loss, "max_reidentification": c.max_reidentification},
             "recommended": None
@@ -514,7 +530,7 @@ class CompareRun:
         ``--sensitive-words`` the per-document exposure; and each setting's share of the seconds
         (``risk.cost_shares``: the exact attacker's to its settings, the fitted one's to its own)."""
         c = self.config
-        specs = [p.spec for p in preps]
+        specs = [self.privacy_spec(p.spec) for p in preps]
         if c.nn == "exact":  # the settings share one prepared grid (``prepare_settings``): no second preparation
             grid = dataclasses.replace(preps[0].grid, specs=specs)
         else:  # an annoy index per setting: the risk engine's own grid over them all
@@ -532,13 +548,20 @@ class CompareRun:
         ]
         return figures, seconds
 
+    def privacy_spec(self, spec: MechanismSpec) -> MechanismSpec:
+        """The setting whose per-token privacy figures (re-identification, Nw/Sw) stand for ``spec``: itself
+        under the token unit; under a unit, the same mechanism at the per-token ε its budget gives the median
+        unit of these rows (``settings.token_epsilon``)."""
+        e = token_epsilon(self.unit, spec.epsilon)
+        return spec if e == spec.epsilon else spec.copy(update={"epsilon": epsilon_value(e)})
+
     def mldp(self, prep: Prepared, utility_value: float, text: dict[str, float]) -> dict[str, Any]:
         """MLDP's Nw and Sw (``mldp_words`` words × ``mldp_trials`` trials, Sw without the word itself) on
         one public sample of vocabulary words for every setting, and the composite (``fm.PUC_DEFINITION``)."""
         c = self.config
         words = fm.mldp_words(prep.vocab_rows, c.mldp_words, np.random.default_rng(0))  # public words, not noise
         rng = derived_generator(self.master, "mldp", setting_key(prep.spec))
-        d = fm.mldp_nw_sw(prep.mechanism, words, c.mldp_trials, rng)
+        d = fm.mldp_nw_sw(prep.mechanism.at(self.privacy_spec(prep.spec).epsilon), words, c.mldp_trials, rng)
         out: dict[str, Any] = {"mldp_nw": d.mean_nw, "mldp_sw": d.mean_sw}
         out["mldp_exact_nw"], out["mldp_exact_sw"] = d.exact_mean_nw, d.exact_mean_sw
         try:

@@ -32,7 +32,7 @@ from dpspark.run.inputs import read_local
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.scratch import scratch_dir
-from dpspark.text import count_tokens, decode_strings, most_frequent
+from dpspark.text import count_tokens, decode_strings, length_counts, most_frequent
 
 log = logging.getLogger("dpspark")
 
@@ -160,6 +160,9 @@ class LocalBackend:
 
     def token_counts(self, data: pa.Table, column: str) -> dict[str, int]:
         return dict(count_tokens(data.column(column)))
+
+    def length_counts(self, data: pa.Table, column: str) -> dict[int, int]:
+        return length_counts(data.column(column).combine_chunks())
 
     def classifier(self, name: str, n_classes: int) -> LocalClassifier:
         return LocalClassifier(name, n_classes)

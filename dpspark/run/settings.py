@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dpspark import units
 from dpspark.config import EvaluateUtilityConfig, PerturbConfig
 from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
@@ -28,7 +30,57 @@ def perturb_config(config: EvaluateUtilityConfig, spec: MechanismSpec) -> Pertur
     values = {k: getattr(config, k) for k in shared}
     own = {k: v for k, v in spec.parameters().items() if k not in ("name", "epsilon") and v is not None}
     values.update(own, columns=[TEXT], epsilon=spec.epsilon, mechanism=spec.name)
+    if getattr(config, "privacy_unit", "token") != "token":  # the setting's ε is the unit's budget E
+        values.update(epsilon=None, unit_budget=spec.epsilon, privacy_unit=config.privacy_unit)
+        values.update(allocation=config.allocation)
     return PerturbConfig.parse(values)
+
+
+def unit_grid(backend: Any, config: EvaluateUtilityConfig, halves: list[Any]) -> dict[str, Any]:
+    """A measuring command's privacy unit in its manifest: the unit and its adjacency and, under a unit other
+    than the token, the allocation, the grid's budgets, the units' shape over ``halves`` (the labelled rows, one
+    unit each) and the per-token ε each budget gives on this data (min, the median unit's, max)."""
+    unit = units.PrivacyUnit.parse(config.privacy_unit)
+    out: dict[str, Any] = {"privacy_unit": unit.fields(), "adjacency": unit.adjacency()}
+    if unit.is_token:
+        return out
+    lengths: Counter[int] = Counter()
+    for half in halves:
+        lengths.update(backend.length_counts(half, TEXT))
+    alloc = config.allocation_of
+    shape = units.shape_of(dict(lengths), alloc)
+    counts = [units.shape_counts(sum(lengths.values()), shape, e, alloc) for e in config.grid_epsilons()]
+    epsilons = [{"unit_budget": e, **(c["token_epsilon"] or {})} for e, c in zip(config.grid_epsilons(), counts)]
+    shown = {k: v for k, v in counts[0].items() if k != "token_epsilon"}
+    return out | {"allocation": alloc.fields(), "unit_budgets": config.grid_epsilons(), "unit_counts": shown,
+                  "token_epsilons": epsilons}  # fmt: skip
+
+
+def token_epsilon(fields: dict[str, Any], budget: float) -> float:
+    """The per-token ε a unit budget ``budget`` gives the median unit of these rows (``unit_grid``'s fields):
+    E/n for the median unit's n tokens under ``scale``, E/K under ``cap:K``; the budget itself for the token unit
+    (whose grid is ε per token)."""
+    if "unit_counts" not in fields:
+        return budget
+    alloc, shape = fields["allocation"], fields["unit_counts"]["tokens_per_unit"]
+    return budget / (alloc["cap"] if alloc["kind"] == "cap" else max(1, shape["median"] if shape else 1))
+
+
+def unit_line(fields: dict[str, Any]) -> str | None:
+    """The unit's sentence for a report: what the grid's ε is, and the per-token ε it gives here."""
+    if "token_epsilons" not in fields:
+        return None
+    kind, alloc = fields["privacy_unit"]["kind"], fields["allocation"]
+    spread = "each of a unit's n tokens at E/n" if alloc["kind"] == "scale" else f"each token at E/{alloc['cap']}"
+    shares = "; ".join(
+        f"E = {e['unit_budget']:g}: {e['min']:.3g} to {e['max']:.3g} (median {kind} {e['median_unit']:.3g})"
+        for e in fields["token_epsilons"]
+        if "min" in e
+    )
+    return (
+        f"Privacy unit: {kind} ({fields['adjacency']}). The grid's ε is each {kind}'s budget E ({alloc['kind']}: "
+        f"{spread}); the per-token ε it gives on these rows: {shares}."
+    )
 
 
 def setting_key(spec: MechanismSpec) -> str:

@@ -39,7 +39,7 @@ from dpspark.prepare import Prepared
 from dpspark.progress import Progress
 from dpspark.rng import derive_key, new_job_key
 from dpspark.run.backend import Backend, Classifier, Data, Shipment
-from dpspark.run.settings import prepare_settings, setting_key
+from dpspark.run.settings import prepare_settings, setting_key, unit_grid, unit_line
 from dpspark.scratch import scratch_dir
 
 log = logging.getLogger("dpspark")
@@ -66,6 +66,7 @@ def evaluate(
     model = backend.classifier(config.model, n_classes)
     modes = utility.MODES if config.mode == "both" else (config.mode,)
     n_train, n_test = backend.rows(train), backend.rows(test)
+    unit = unit_grid(backend, config, [train, test])
     specs = config.settings()
     axes = report.axis_names()
     workdir = scratch_dir() / f"utility-{backend.run_id}"
@@ -100,7 +101,9 @@ def evaluate(
     pq.write_table(summary_table(summary, axes, metrics), local / "summary.parquet")
     names = list(dict.fromkeys(spec.name for spec in specs))
     rows = (n_train, n_test)
-    plots = _write_summary(config, summary, metrics, names, len(first.vocab_rows), emb.name, values, rows, local)
+    plots = _write_summary(
+        config, summary, metrics, names, len(first.vocab_rows), emb.name, values, rows, local, unit_line(unit)
+    )
     grid_s = sum(point_s)
     return {
         "dpspark_version": dpspark.__version__,
@@ -122,6 +125,7 @@ def evaluate(
         "mechanisms": names,
         "settings": [prep.spec.facts(prep.space) for prep in preps],
         "epsilons": config.grid_epsilons(),
+        **unit,  # the privacy unit; under a document unit the grid's ε are its budgets E
         **grid_facts(specs, first.space),  # each family's facts of the grid (the noise family's λ grid)
         "repeats": config.repeats,
         "embeddings": {"name": emb.name, "sha256": emb.sha256, "words": len(emb)},
@@ -158,6 +162,7 @@ def _write_summary(
     values: list[Any],
     rows: tuple[int, int],
     local: Path,
+    unit: str | None = None,
 ) -> list[str]:
     """summary.md (with its notes: the model, the split, the mechanisms, the positive class, the test split's
     majority class) and the plots; returns the plots' file names."""
@@ -169,6 +174,8 @@ def _write_summary(
     ]
     if positive:
         notes.append(f"Precision, recall, F1 and AUC of the {positive}.")
+    if unit:
+        notes.append(unit)
     base = utility.baseline_of(summary)
     label = values[base["majority_class"]] if base.get("majority_class") is not None else None
     md = utility.summary_md(summary, metrics, "Utility of perturbed text", notes, len(values), label)

@@ -34,7 +34,7 @@ from dpspark.spark.perturb import check_columns, vocabulary_from_corpus
 from dpspark.spark.session import is_connect
 from dpspark.spark.transform import count_columns, map_in_arrow, perturb, quote, token_counts
 from dpspark.stats import WorkItem
-from dpspark.text import decode_strings
+from dpspark.text import decode_strings, length_counts
 
 # The training half's blocks are fitted in the driver's process up to this many bytes of features (about
 # 2.5 million tokens); a larger half is fitted where it is, one Spark job per step of the optimiser.
@@ -190,6 +190,20 @@ class SparkBackend:
     def token_counts(self, data: DataFrame, column: str) -> dict[str, int]:
         with io.SqlConf(self.spark, shuffle_settings(self.spark)):
             return token_counts(data, column)
+
+    def length_counts(self, data: DataFrame, column: str) -> dict[int, int]:
+        """Tokens in a row → rows, counted per Arrow batch on the executors; only the counts reach the driver."""
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for b in batches:
+                counted = length_counts(b.column(0))
+                yield pa.RecordBatch.from_pydict({"n": list(counted), "rows": list(counted.values())})
+
+        fields = [T.StructField("n", T.LongType()), T.StructField("rows", T.LongType())]
+        total: dict[int, int] = {}
+        for r in map_in_arrow(data.select(quote(column)), run, fields).collect():
+            total[int(r["n"])] = total.get(int(r["n"]), 0) + int(r["rows"])
+        return total
 
     def perturbed(
         self, data: DataFrame, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False

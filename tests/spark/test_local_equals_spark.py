@@ -71,14 +71,16 @@ def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path):
 
 def test_evaluate_utility_is_the_same_on_both_engines(tmp_path, sms120):
     """The same split (a keyed hash of each row), the same perturbed copies (one task: batch i draws from
-    (key, 0, i) on both), the same fit: results.parquet equal, value for value."""
+    (key, 0, i) on both), the same fit: results.parquet equal, value for value. Under a document unit, so that the
+    units' shape (tokens per row, counted where the rows are) and the allocated draws are compared too (compare's
+    test below takes the token unit)."""
     argv = ["evaluate-utility", "--input", sms120, "--text-column", "text", "--label-column", "label"]
-    argv += ["--epsilons", "10", "--lambdas", "0,1", "--mode", "both", "--repeats", "1", "--vocab-size", "2000"]
-    manifests = run_both(tmp_path, argv)
+    argv += ["--privacy-unit", "document", "--unit-budgets", "50", "--lambdas", "0,1", "--mode", "both"]
+    manifests = run_both(tmp_path, [*argv, "--repeats", "1", "--vocab-size", "2000"])
     a, b = (pq.read_table(tmp_path / e / "results.parquet") for e in ("spark", "local"))
     assert a.num_rows == 5 and a.schema == b.schema  # the baseline, 2 settings × 2 modes
     assert same(a.to_pylist(), b.to_pylist())
-    for key in ("rows", "classes", "split", "model_params", "settings"):
+    for key in ("rows", "classes", "split", "model_params", "settings", "unit_counts", "token_epsilons"):
         assert manifests["spark"][key] == manifests["local"][key], key
 
 

@@ -1,0 +1,132 @@
+"""Privacy units in the measuring commands (issue 41, step 5): ``evaluate-utility`` and ``compare`` with
+``--privacy-unit document --unit-budgets E,...`` on the local engine (Spark's figures equal these:
+tests/spark/test_local_equals_spark.py). The grid's ε is each document's budget E; the perturbed copies are unit
+releases (each row's tokens share E); the manifest states the unit, the units' shape and the per-token ε each E
+gives on the data; compare measures its per-token privacy figures at the median document's ε. And the refusals."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from refusals import refused
+
+from dpspark.cli import main
+from dpspark.config import EvaluateUtilityConfig
+from dpspark.embeddings import embeddings_of
+from dpspark.errors import ConfigError
+from dpspark.rng import batch_generator
+from dpspark.run.local import LocalBackend
+from dpspark.run.settings import TEXT, prepare_settings
+from dpspark.text import tokenize
+
+ROWS = 120
+
+
+@pytest.fixture(scope="module")
+def sms(tmp_path_factory):
+    from dpspark.evaluation.datasets import sms_spam
+
+    return sms_spam(tmp_path_factory.mktemp("sms"), rows=ROWS)
+
+
+def lengths(path) -> list[int]:
+    """Tokens per row, counted here with the release's tokenizer (a null text has none)."""
+    return [len(tokenize(t)[0]) if t else 0 for t in pq.read_table(path).column("text").to_pylist()]
+
+
+def test_evaluate_utility_per_document_states_the_unit_and_the_per_token_epsilon(sms, tmp_path, capsys):
+    out = tmp_path / "u"
+    argv = ["evaluate-utility", "--engine", "local", "--input", sms, "--text-column", "text", "--label-column"]
+    argv += ["label", "--privacy-unit", "document", "--unit-budgets", "20,100", "--lambdas", "1", "--repeats", "1"]
+    assert main([*argv, "--vocab-size", "2000", "--output", str(out)]) == 0
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    n = [k for k in lengths(sms) if k > 0]
+    median = sorted(n)[(len(n) - 1) // 2]  # the smallest n with half of the units at or below it
+    assert m["privacy_unit"]["kind"] == "document" and m["unit_budgets"] == m["epsilons"] == [20.0, 100.0]
+    assert m["allocation"]["kind"] == "scale" and "same shape" in m["adjacency"]
+    assert m["unit_counts"]["units"] == ROWS and m["unit_counts"]["tokens_per_unit"] == {
+        "min": min(n),
+        "median": median,
+        "max": max(n),
+    }
+    for e, row in zip((20.0, 100.0), m["token_epsilons"]):
+        assert row == {"unit_budget": e, "min": e / max(n), "median_unit": e / median, "max": e / min(n)}
+    assert "Privacy unit: document" in summary and f"median document {20 / median:.3g}" in summary
+    results = pq.read_table(out / "results.parquet").to_pylist()
+    assert [r["epsilon"] for r in results] == [None, 20.0, 20.0, 100.0, 100.0]  # the baseline, then E per mode
+
+
+def test_the_perturbed_copies_are_unit_releases(sms, tmp_path):
+    """A setting's bundle carries the unit: the local engine's perturbed copy is ``perturb_units`` of each batch,
+    draw for draw (each row one document, its tokens at E/n), not the token release at ε = E."""
+    config = EvaluateUtilityConfig.parse(
+        {"input": sms, "output": "o", "text_column": "text", "label_column": "label", "privacy_unit": "document"}
+        | {"unit_budgets": "30", "mechanisms": "laplace", "vocab_size": 2000}
+    )
+    (prep,) = prepare_settings(config, config.settings(), embeddings_of(config), tmp_path / "w")
+    assert prep.config.unit_budget == 30.0 and prep.config.epsilon is None
+    texts = pq.read_table(sms).column("text").combine_chunks()
+    table = pa.table({TEXT: texts})
+    key = b"k" * 16
+    with LocalBackend("t") as backend:
+        ship = backend.ship(prep.write_bundle)
+        got = backend.perturbed(table, ship.name, key).column(TEXT).to_pylist()
+    perturber = prep.perturber()
+    want = perturber.perturb_units([texts], batch_generator(key, 0, 0))[0][0].to_pylist()
+    assert got == want
+    token_release = perturber.perturb_array(texts, batch_generator(key, 0, 0))[0].to_pylist()
+    assert got != token_release  # E/n per token is not ε = E per token
+
+
+def test_compare_per_document_measures_privacy_at_the_median_documents_epsilon(sms, tmp_path):
+    out = tmp_path / "c"
+    argv = ["compare", "--engine", "local", "--input", sms, "--text-column", "text", "--label-column", "label"]
+    argv += ["--privacy-unit", "document", "--unit-budgets", "40", "--mechanisms", "laplace", "--refine", "0"]
+    assert main([*argv, "--repeats", "1", "--runs", "4", "--vocab-size", "2000", "--output", str(out)]) == 0
+    n = [k for k in lengths(sms) if k > 0]
+    median = sorted(n)[(len(n) - 1) // 2]
+    (row,) = pq.read_table(out / "compare.parquet").to_pylist()
+    assert row["epsilon"] == 40.0 and row["token_epsilon"] == pytest.approx(40.0 / median)
+    assert statistics.median(n) >= median  # the lower median: the share is never understated
+    m = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert m["privacy_unit"]["kind"] == "document" and m["token_epsilons"][0]["median_unit"] == row["token_epsilon"]
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "Privacy unit: document" in report and "measured per token at the median document's ε" in report
+
+
+@pytest.mark.parametrize("command", ["evaluate-utility", "compare"])
+def test_a_unit_grid_refuses_what_it_cannot_measure(sms, tmp_path, capsys, command):
+    base = [command, "--engine", "local", "--input", sms, "--text-column", "text", "--label-column", "label"]
+    base += ["--output", str(tmp_path / "out")]
+    doc = ["--privacy-unit", "document"]
+    cases = [
+        ([*doc, "--unit-budgets", "20", "--epsilons", "5"], "in place of --epsilons"),
+        (doc, "needs its budgets"),
+        (["--unit-budgets", "20"], "apply to a privacy unit other than the token"),
+        ([*doc, "--unit-budgets", "0"], "unit budget"),
+        ([*doc, "--unit-budgets", "20", "--allocation", "cap:0"], "cap"),
+        (["--privacy-unit", "column:user_id", "--unit-budgets", "20"], "token or the document unit"),
+        ([*doc, "--unit-budgets", "20", "--mechanisms", "syntf"], "draws whole documents"),
+        ([*doc, "--unit-budgets", "20", "--mechanisms", "truncated-gumbel"], "states no bound"),
+    ]
+    for extra, phrase in cases:
+        refused(capsys, tmp_path, [*base, *extra], ConfigError.exit_code, phrase)
+
+
+def test_the_per_token_share_never_exceeds_the_budget_over_the_units_tokens():
+    """The allocation behind every unit figure: a document's shares sum to E (scale) or at most E (cap)."""
+    from dpspark import units
+
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 90, 50)
+    for alloc in ("scale", "cap:10"):
+        a = units.allocate(n, 25.0, units.Allocation.parse(alloc))
+        starts = np.concatenate([[0], np.cumsum(n)[:-1]])
+        sums = np.add.reduceat(np.where(a.drawn, a.epsilons, 0.0), starts)
+        assert np.all(sums <= 25.0 * (1 + 1e-12)) and (alloc != "scale" or np.allclose(sums, 25.0))
