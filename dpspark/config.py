@@ -403,6 +403,14 @@ class MechanismSettings(MechanismParameters):  # type: ignore[misc, valid-type]
         return mechanisms.parse({"name": self.mechanism, "epsilon": epsilon, **self.mechanism_values()})
 
 
+def token_or_document(value: Any, why_not_column: str) -> str:
+    """A privacy unit's label, the token or the document: a ``column:`` unit is refused with ``why_not_column``."""
+    unit = units.PrivacyUnit.parse(value)
+    if unit.kind == "column":
+        raise ValueError(f"{unit.label()}: {why_not_column}; use token or document")
+    return unit.label()
+
+
 def check_unit_mechanism(name: str, budget: float) -> None:
     """The mechanisms a privacy unit other than the token cannot take, refused in one sentence."""
     kind = mechanisms.REGISTRY[name].guarantee_type
@@ -463,19 +471,14 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
     _epsilon = before("epsilon")(lambda cls, v: None if v is None else epsilon_value(v))
     _unit_budget = before("unit_budget")(lambda cls, v: None if v is None else units.check_unit_budget(v))
 
-    @before("privacy_unit")
-    def _privacy_unit(cls, v: Any) -> str:
-        unit = units.PrivacyUnit.parse(v)
-        if unit.kind == "column":
-            raise ValueError(
-                f"{unit.label()}: a unit of every row that shares a column's value needs its tokens counted per "
-                "person across the input, which perturb does not do yet; use token or document"
-            )
-        return unit.label()
-
-    @before("allocation")
-    def _allocation(cls, v: Any) -> str:
-        return units.Allocation.parse(v).label()
+    _privacy_unit = before("privacy_unit")(
+        lambda cls, v: token_or_document(
+            v,
+            "a unit of every row that shares a column's value needs its tokens counted per person across the "
+            "input, which perturb does not do yet",
+        )
+    )
+    _allocation = before("allocation")(lambda cls, v: units.Allocation.parse(v).label())
 
     @after("oov_token")
     def _oov_token(cls, v: str) -> str:
@@ -876,19 +879,10 @@ class EvaluateUtilityConfig(CorpusGridSettings):
         lambda cls, v: None if v is None else [units.check_unit_budget(x) for x in _comma_list(v)]
     )
 
-    @before("privacy_unit")
-    def _privacy_unit(cls, v: Any) -> str:
-        unit = units.PrivacyUnit.parse(v)
-        if unit.kind == "column":
-            raise ValueError(
-                f"{unit.label()}: the measuring commands take the token or the document unit so far; use token or "
-                "document"
-            )
-        return unit.label()
-
-    @before("allocation")
-    def _allocation(cls, v: Any) -> str:
-        return units.Allocation.parse(v).label()
+    _privacy_unit = before("privacy_unit")(
+        lambda cls, v: token_or_document(v, "the measuring commands take the token or the document unit so far")
+    )
+    _allocation = before("allocation")(lambda cls, v: units.Allocation.parse(v).label())
 
     @whole
     def _unit_grid(self) -> None:
