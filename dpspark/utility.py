@@ -100,8 +100,9 @@ def check_split(counts: dict[str, dict[int, int]], values: Sequence, rows: int, 
         raise InputDataError(
             f"too few rows for the split: {rows} rows with test fraction {fraction:g} give "
             f"{sum(counts['train'].values())} train and {sum(counts['test'].values())} test rows, and the {name} split "
-            f"has no row of class {value!r}; every class needs rows in both splits: give more rows (tens per class at "
-            "least) or change --test-fraction"
+            f"has no row of class {value!r}; every class needs rows in both splits (rows of a class with the same text "
+            "always fall on the same side): give more rows with distinct texts (tens per class at least) or change "
+            "--test-fraction"
         )
 
 

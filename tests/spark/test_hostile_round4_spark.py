@@ -97,16 +97,25 @@ def test_release_of_a_partition_without_a_dataframe(spark, tmp_path):
 
 
 def test_compare_on_a_text_column_of_empty_strings(spark, tmp_path, capsys):
-    raw = tmp_path / "raw.parquet"
-    pq.write_table(pa.table({"text": [""] * 20, "label": ["a", "b"] * 10}), raw)
-    before = snapshot(tmp_path)
+    """Texts without a token (blank strings, each different so that the split spreads them): refused, naming the
+    text column. All the same empty string: every row of a class falls on one side of the split (a keyed hash of
+    class and text), and the split's refusal says so."""
     out = tmp_path / "out"
-    argv = ["compare", "--input", str(raw), "--text-column", "text", "--label-column", "label", "--output", str(out)]
-    code = main([*argv, "--mechanisms", "laplace", "--epsilons", "5", *VOCAB, "--runs", "4", "--refine", "0"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 3, err
-    assert err[-1].startswith("dpspark compare: error: text column 'text' has no token with a vector")
-    assert snapshot(tmp_path) == before and not out.exists()
+    argv = ["compare", "--text-column", "text", "--label-column", "label", "--output", str(out)]
+    argv += ["--mechanisms", "laplace", "--epsilons", "5", *VOCAB, "--runs", "4", "--refine", "0"]
+    for texts, message in (
+        ([" " * i for i in range(40)], "text column 'text' has no token with a vector"),
+        ([""] * 40, "too few rows for the split"),
+    ):
+        raw = tmp_path / "raw.parquet"
+        pq.write_table(pa.table({"text": texts, "label": ["a", "b"] * 20}), raw)
+        before = snapshot(tmp_path)
+        code = main([*argv, "--input", str(raw)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 3, err
+        assert err[-1].startswith(f"dpspark compare: error: {message}"), err[-1]
+        assert snapshot(tmp_path) == before and not out.exists()
+    assert "the same text always fall on the same side" in err[-1]
 
 
 def test_quiet_hides_the_jvms_incubator_notice(tmp_path, dataset):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from refusals import refused
@@ -157,7 +158,7 @@ def labelled_csv(directory: Path, rows: int = 120) -> Path:
 
     table = pq.read_table(sms_spam(directory, rows=rows)).select(["text", "label"])
     path = directory / "sms.csv"
-    pa.csv.write_csv(table, path)
+    pacsv.write_csv(table, path)
     return path
 
 
