@@ -94,12 +94,7 @@ def run_privacy_risk_local(config: RiskConfig) -> dict[str, Any]:
     with measure_output(None, config, "privacy-risk") as out:
         t0 = time.perf_counter()
         table = read_local(config.input, [config.text_column])
-        kind = table.schema.field(config.text_column).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise InputDataError(
-                f"text column {config.text_column!r} has type {kind}, expected string: cast it, or name the text "
-                "column with --text-column"
-            )
+        _text_column(table, config.text_column)
         with LocalBackend(out.run_id) as backend:
             manifest = {**run_risk.assess(backend, config, table, out.local, started, t0), "engine": "local"}
         out.commit(manifest)

@@ -101,7 +101,8 @@ class LocalClassifier:
         return logreg.params(self.name)
 
     def _block(self, data: pa.Table, bundle: str) -> logreg.Block:
-        embedding = () if self.name == "tfidf-logreg" else (local_bundle(bundle).vectors, local_bundle(bundle).words)
+        res = local_bundle(bundle) if self.name == "embedding-logreg" else None
+        embedding = () if res is None else (res.vectors, res.words)
         labels = np.asarray(data.column(LABEL).to_pylist(), dtype=np.float64)
         return logreg.block(self.name, data.column(TEXT).to_pylist(), labels, *embedding)
 
