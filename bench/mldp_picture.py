@@ -31,7 +31,8 @@ COLUMNS = (
 
 
 def tiny_compare(tmp: Path) -> Path:
-    """A `dpspark compare` output of seconds: 100 SMS messages, CMP at ε = 10, 2,000 words."""
+    """A `dpspark compare` output of seconds: 100 SMS messages, CMP at ε = 10, 2,000 words, on the local engine
+    (the same tables as Spark's: tests/spark/test_local_equals_spark.py)."""
     from dpspark.evaluation.datasets import sms_spam
 
     data, out = sms_spam(tmp, rows=100), tmp / "compare"
@@ -39,7 +40,7 @@ def tiny_compare(tmp: Path) -> Path:
     cmd += ["--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out)]
     cmd += ["--mechanisms", "laplace", "--epsilons", "10", "--vocab-size", "2000", "--runs", "2"]
     cmd += ["--repeats", "1", "--mode", "train-time", "--refine", "0", "--max-words", "20"]
-    cmd += ["--mldp-words", "5", "--mldp-trials", "10", "--master", "local[1]", "--quiet"]
+    cmd += ["--mldp-words", "5", "--mldp-trials", "10", "--engine", "local", "--quiet"]  # no JVM: the tables only
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)  # --quiet: stderr only on a failure
     return out
 

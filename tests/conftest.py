@@ -21,11 +21,12 @@ ONCE = {"statistical", "heavy", "readme"}
 
 
 def share_module_fixtures(item: pytest.Item) -> None:
-    """A Spark test that uses a fixture built once per module (``scope="module"``: a compare run of a minute,
-    say) joins its module's xdist group, unless it is in a group already: under ``--dist loadgroup`` those
-    tests then run on one worker, which builds the fixture once (two workers would each build it). The
-    numpy modules' fixtures take a second or less: their tests stay free to spread."""
-    if item.get_closest_marker("spark") is None or item.get_closest_marker("xdist_group") is not None:
+    """A Spark or slow test that uses a fixture built once per module (``scope="module"``: a compare run of
+    seconds or a minute, say) joins its module's xdist group, unless it is in a group already: under ``--dist
+    loadgroup`` those tests then run on one worker, which builds the fixture once (two workers would each build
+    it). The quick numpy modules' fixtures take a second or less: their tests stay free to spread."""
+    heavy = item.get_closest_marker("spark") is not None or item.get_closest_marker("slow") is not None
+    if not heavy or item.get_closest_marker("xdist_group") is not None:
         return
     defs = getattr(item, "_fixtureinfo", None)
     if defs is not None and any(d[-1].scope == "module" for d in defs.name2fixturedefs.values() if d):

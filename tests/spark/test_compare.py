@@ -1,6 +1,10 @@
-"""dpspark compare end to end on SMS spam, local[2]: noise off gives the known answers and logs to an active
-MLflow run (and the command line, with no run active, to none), a grid of two mechanisms is refined where the
-re-identification target falls between its points, and the report holds every section with its images embedded."""
+"""dpspark compare end to end on SMS spam: noise off gives the known answers and logs to an active MLflow run (and
+the command line, with no run active, to none), a grid of two mechanisms is refined where the re-identification
+target falls between its points, and the report holds every section with its images embedded.
+
+The figures are tested on the local engine (the same tables as Spark's, tests/spark/test_local_equals_spark.py);
+Spark runs the command end to end once (the run tests/connect compares with) and folds the text metrics on its
+executors."""
 
 from __future__ import annotations
 
@@ -11,11 +15,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from dpspark import local
 from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
 from dpspark.config import CompareConfig
-from dpspark.spark.compare import run_compare
 
-pytestmark = pytest.mark.spark
+pytestmark = pytest.mark.slow  # each test runs compare (seconds locally) or Spark
 
 SECTIONS = (
     "Dataset and embedding",
@@ -29,10 +33,11 @@ SECTIONS = (
 )
 
 
-def compare_run(spark, data, out, **settings):
+def compare_run(data, out, **settings):
+    """compare on the local engine: its manifest."""
     values = {"input": data, "text_column": "text", "label_column": "label", "output": str(out), "vocab_size": 2000}
-    values.update(repeats=1, runs=4, mldp_words=10, mldp_trials=20, refine=0)
-    return run_compare(CompareConfig.parse({**values, **settings}), spark)
+    values.update(repeats=1, runs=4, mldp_words=10, mldp_trials=20, refine=0, engine="local")
+    return local.compare(CompareConfig.parse({**values, **settings}))
 
 
 def rows_of(out: Path) -> list[dict]:
@@ -48,6 +53,7 @@ def file_tracking(mp: pytest.MonkeyPatch, store: Path) -> str:
     return uri
 
 
+@pytest.mark.spark
 @pytest.mark.runtime
 @pytest.mark.xdist_group("connect")
 def test_compare_end_to_end(classic, compare_on_sms120):
@@ -67,7 +73,7 @@ def test_compare_end_to_end(classic, compare_on_sms120):
 
 
 @pytest.fixture(scope="module")
-def noise_off(spark, data, corpus_vocab, tmp_path_factory):
+def noise_off(data, corpus_vocab, tmp_path_factory):
     """The noise-off run (top-1 bound 100%, so a recommendation), inside an active MLflow run whose
     tracking store is a folder of the test's own: (output, manifest, the store's URI, the run's id)."""
     import mlflow  # the test extra's mlflow-skinny
@@ -77,7 +83,7 @@ def noise_off(spark, data, corpus_vocab, tmp_path_factory):
         uri = file_tracking(mp, root / "mlruns")
         with mlflow.start_run() as run:
             m = compare_run(
-                spark, data, root / "off", mechanisms="laplace", epsilons="1e6", vocab_file=corpus_vocab,
+                data, root / "off", mechanisms="laplace", epsilons="1e6", vocab_file=corpus_vocab,
                 max_reidentification=1.0,
             )  # fmt: skip
     return root / "off", m, uri, run.info.run_id
@@ -141,7 +147,7 @@ def test_an_active_mlflow_run_gets_the_figures_the_settings_and_the_report(noise
 
 
 @pytest.fixture(scope="module")
-def two_mechanisms(spark, data, tmp_path_factory):
+def two_mechanisms(data, tmp_path_factory):
     """The command line's run (no MLflow run active, a tracking store of the test's own in the environment)."""
     root = tmp_path_factory.mktemp("compare")
     out = root / "two"
@@ -152,7 +158,7 @@ def two_mechanisms(spark, data, tmp_path_factory):
                 "compare", "--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out),
                 "--mechanisms", "laplace,tem", "--epsilons", "1,30", "--vocab-size", "2000", "--repeats", "1",
                 "--runs", "6", "--mldp-words", "10", "--mldp-trials", "20", "--refine", "1", "--quiet",
-                "--target-reidentification", "0.4",
+                "--target-reidentification", "0.4", "--engine", "local",
             ]
         )  # fmt: skip
     assert code == 0
@@ -216,14 +222,14 @@ def test_the_report_has_every_section_and_embeds_its_plot(two_mechanisms):
 
 @pytest.mark.heavy
 @pytest.mark.slow
-def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path, capsys):
+def test_bounds_nothing_meets_exit_6_and_say_where_to_look(data, tmp_path, capsys):
     out = tmp_path / "none"
     code = main(
         [
             "compare", "--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out),
             "--mechanisms", "tem,syntf", "--epsilons", "1,2", "--vocab-size", "2000", "--repeats", "1", "--runs", "4",
             "--mldp-words", "5", "--mldp-trials", "4", "--refine", "0", "--max-utility-loss", "0.0001",
-            "--max-reidentification", "0.5",
+            "--max-reidentification", "0.5", "--engine", "local",
         ]
     )  # fmt: skip
     assert code == NO_EPSILON_MEETS_BOUNDS
@@ -244,6 +250,7 @@ def test_bounds_nothing_meets_exit_6_and_say_where_to_look(spark, data, tmp_path
     assert 0.5 < rows["syntf"]["pp"] <= 1 and 0 <= rows["syntf"]["low"] <= 1
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "bag-of-words"])
 def test_the_text_metrics_folded_on_the_executors_equal_the_one_pass_figures(spark, data, tmp_path, aligned):
     """The field's text metrics (``field_metrics``' partial sums) summed over Arrow batches on the executors

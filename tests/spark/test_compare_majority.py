@@ -9,23 +9,23 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from dpspark import local
 from dpspark.config import CompareConfig
 from dpspark.evaluation.datasets import sms_spam_table
 from dpspark.rng import SeededRunWarning
-from dpspark.spark.compare import run_compare
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.heavy]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # on the local engine: the same tables as Spark's
 
 
-def test_compare_recommends_nothing_when_no_setting_beats_the_majority_class(spark, tmp_path):
+def test_compare_recommends_nothing_when_no_setting_beats_the_majority_class(tmp_path):
     data = tmp_path / "sms500.parquet"
     pq.write_table(sms_spam_table(500), data)
     values = {"input": str(data), "text_column": "text", "label_column": "label", "output": str(tmp_path / "out")}
     # one setting at ε = 1 (word salad), every re-identification bound met: the old report recommended it
     values.update(mechanisms="laplace", epsilons="1", vocab_size=2000, repeats=1, runs=4, refine=0)
-    values.update(mldp_words=5, mldp_trials=10, examples=1, max_reidentification=1.0, seed=5)
+    values.update(mldp_words=5, mldp_trials=10, examples=1, max_reidentification=1.0, seed=5, engine="local")
     with pytest.warns(SeededRunWarning):
-        m = run_compare(CompareConfig.parse(values), spark)
+        m = local.compare(CompareConfig.parse(values))
     out = tmp_path / "out"
     base = m["baseline"]
     assert base["majority_label"] == "ham" and 0.5 < base["majority_rate"] < 1

@@ -1,4 +1,8 @@
-"""evaluate-utility, privacy-risk and joint calibration end to end on SMS spam (issue 10), local[2]."""
+"""evaluate-utility, privacy-risk and joint calibration end to end on SMS spam (issue 10).
+
+The figures are tested on the local engine (the same tables as Spark's, tests/spark/test_local_equals_spark.py);
+Spark runs each command end to end once (the runs tests/connect compare with), refuses bad input, and fits and
+scores the classifier on its executors."""
 
 from __future__ import annotations
 
@@ -9,27 +13,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpspark import report, risk
+from dpspark import local, report, risk
 from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
 from dpspark.config import EvaluateUtilityConfig, RiskConfig
 from dpspark.embeddings import load_default
 from dpspark.errors import PrivacyWarning
 from dpspark.evaluation.datasets import sms_spam_table
 from dpspark.rng import SeededRunWarning
-from dpspark.spark.risk import run_privacy_risk
-from dpspark.spark.utility import run_evaluate_utility
 
-pytestmark = pytest.mark.spark
+pytestmark = pytest.mark.slow  # each test runs a command (seconds locally) or Spark
 
 
-def utility_run(spark, data, out, **settings):
+def utility_run(data, out, **settings):
+    """evaluate-utility on the local engine: its manifest."""
     values = {"input": data, "text_column": "text", "label_column": "label", "output": str(out), "vocab_size": 2000}
-    return run_evaluate_utility(EvaluateUtilityConfig.parse({**values, **settings}), spark)
+    return local.evaluate_utility(EvaluateUtilityConfig.parse({**values, "engine": "local", **settings}))
 
 
-def risk_run(spark, data, out, **settings):
+def risk_run(data, out, **settings):
+    """privacy-risk on the local engine: its manifest."""
     values = {"input": data, "text_column": "text", "output": str(out), "vocab_size": 2000}
-    return run_privacy_risk(RiskConfig.parse({**values, **settings}), spark)
+    return local.privacy_risk(RiskConfig.parse({**values, "engine": "local", **settings}))
 
 
 def summary_row(manifest, mode):
@@ -37,6 +41,7 @@ def summary_row(manifest, mode):
     return row
 
 
+@pytest.mark.spark
 @pytest.mark.runtime
 @pytest.mark.xdist_group("connect")
 def test_evaluate_utility_end_to_end(classic, utility_on_sms120):
@@ -53,12 +58,13 @@ def test_evaluate_utility_end_to_end(classic, utility_on_sms120):
 
 
 @pytest.fixture(scope="module")
-def identity_run(spark, data, corpus_vocab, tmp_path_factory):
+def identity_run(data, corpus_vocab, tmp_path_factory):
     out = tmp_path_factory.mktemp("u") / "identity"
-    m = utility_run(spark, data, out, epsilons="1e6", lambdas="1", repeats=1, vocab_file=corpus_vocab)
+    m = utility_run(data, out, epsilons="1e6", lambdas="1", repeats=1, vocab_file=corpus_vocab)
     return m, out
 
 
+@pytest.mark.spark  # the premise: Spark's perturb_text at ε = 1e6 is the identity
 @pytest.mark.statistical
 def test_noise_disabled_gives_the_baseline(spark, data, corpus_vocab, identity_run):
     from dpspark.spark.perturb import perturb_text
@@ -93,11 +99,11 @@ def test_noise_disabled_gives_the_baseline(spark, data, corpus_vocab, identity_r
 
 
 @pytest.mark.statistical
-def test_a_grid_of_mechanisms_has_a_row_per_setting(spark, data, tmp_path):
+def test_a_grid_of_mechanisms_has_a_row_per_setting(data, tmp_path):
     out = tmp_path / "mechanisms"
     args = ["--input", data, "--text-column", "text", "--label-column", "label", "--output", str(out)]
     grid = ["--mechanisms", "laplace,tem,santext", "--epsilons", "5,20", "--repeats", "1", "--vocab-size", "2000"]
-    assert main(["evaluate-utility", *args, *grid, "--quiet"]) == 0
+    assert main(["evaluate-utility", *args, *grid, "--quiet", "--engine", "local"]) == 0
     settings = ["laplace", "tem β=0.001", "santext"]
     results = pq.read_table(out / "results.parquet").to_pylist()
     measured = [r for r in results if r["mode"] != "baseline"]
@@ -131,15 +137,15 @@ def test_a_grid_of_mechanisms_has_a_row_per_setting(spark, data, tmp_path):
 
 
 @pytest.mark.statistical
-def test_noise_disabled_reidentification_is_the_unchanged_share(spark, data, corpus_vocab, tmp_path):
-    m = risk_run(spark, data, tmp_path / "risk", epsilons="1e6", lambdas="1", runs=4, vocab_file=corpus_vocab)
+def test_noise_disabled_reidentification_is_the_unchanged_share(data, corpus_vocab, tmp_path):
+    m = risk_run(data, tmp_path / "risk", epsilons="1e6", lambdas="1", runs=4, vocab_file=corpus_vocab)
     (r,) = m["results"]
     assert r["unchanged"] > 0.99
     assert abs(r["top1"] - r["unchanged"]) < 0.01
 
 
 @pytest.mark.statistical
-def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identity_run):
+def test_shuffled_labels_give_chance_level_utility(data, tmp_path, identity_run):
     table = pq.read_table(data)
     labels = np.array(table.column("label").to_pylist(), dtype=object)
     shuffled = table.set_column(2, "label", pa.array(np.random.default_rng(0).permutation(labels).tolist()))
@@ -147,9 +153,7 @@ def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identi
     pq.write_table(shuffled, path)
     # A fixed noise seed: with noise from the OS the AUC once fell outside the band.
     with pytest.warns(SeededRunWarning):
-        m = utility_run(
-            spark, str(path), tmp_path / "u", epsilons="20", lambdas="1", repeats=2, mode="train-time", seed=11
-        )
+        m = utility_run(str(path), tmp_path / "u", epsilons="20", lambdas="1", repeats=2, mode="train-time", seed=11)
     for mode in ("baseline", "train-time"):
         row = summary_row(m, mode)
         assert 0.35 <= row["auc_mean"] <= 0.65, (mode, row["auc_mean"])
@@ -157,6 +161,7 @@ def test_shuffled_labels_give_chance_level_utility(spark, data, tmp_path, identi
     assert summary_row(identity_run[0], "baseline")["auc_mean"] > 0.9
 
 
+@pytest.mark.spark
 @pytest.mark.statistical  # Spark = numpy for the attack per runtime: test_risk.py
 def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path, monkeypatch):
     from dpspark.bundle import save_bundle
@@ -192,21 +197,21 @@ def test_risk_job_matches_the_reference_and_catches_a_leak(spark, data, tmp_path
     # The job scores on the held-out half; an injected leak (scoring on the fitted half) shows.
     settings = {"epsilons": "3", "lambdas": "1", "runs": 4, "seed": 7}
     with pytest.warns(UserWarning, match="seed"):
-        held = risk_run(spark, data, tmp_path / "held", **settings)["results"][0]
+        held = risk_run(data, tmp_path / "held", **settings)["results"][0]
     monkeypatch.setattr(risk, "SCORE_HALF", risk.FIT_HALF)
     with pytest.warns(UserWarning, match="seed"):
-        leaked = risk_run(spark, data, tmp_path / "leaked", **settings)["results"][0]
+        leaked = risk_run(data, tmp_path / "leaked", **settings)["results"][0]
     assert leaked["top1"] > held["top1"] + 0.1
     assert leaked["unchanged"] == pytest.approx(held["unchanged"], abs=0.05)  # same runs, only the scoring moved
 
 
 @pytest.mark.statistical
 @pytest.mark.slow
-def test_joint_calibration_meets_its_bounds_in_a_fresh_run(spark, data, corpus_vocab, tmp_path):
+def test_joint_calibration_meets_its_bounds_in_a_fresh_run(data, corpus_vocab, tmp_path):
     # ε = 2 is private but useless, ε = 400 useful but no protection, ε = 10 in between.
     grid = {"epsilons": "2,10,400", "lambdas": "1", "vocab_file": corpus_vocab}
-    utility_run(spark, data, tmp_path / "u", repeats=2, mode="train-time", **grid)
-    risk_run(spark, data, tmp_path / "r", runs=4, **grid)
+    utility_run(data, tmp_path / "u", repeats=2, mode="train-time", **grid)
+    risk_run(data, tmp_path / "r", runs=4, **grid)
     args = ["calibrate", "--utility", str(tmp_path / "u"), "--risk", str(tmp_path / "r"), "--quiet"]
     bounds = ["--max-utility-loss", "0.03", "--max-reidentification", "0.95"]
     assert main([*args, *bounds, "--output", str(tmp_path / "cal")]) == 0
@@ -217,10 +222,10 @@ def test_joint_calibration_meets_its_bounds_in_a_fresh_run(spark, data, corpus_v
     assert {p.name for p in (tmp_path / "cal").iterdir()} >= {"calibration.md", "frontier.csv", "frontier.png"}
     # A fresh run at the chosen setting (new noise) meets the bounds.
     point = {"epsilons": "10", "lambdas": "1", "vocab_file": corpus_vocab}
-    fresh = utility_run(spark, data, tmp_path / "u2", repeats=2, mode="train-time", **point)
+    fresh = utility_run(data, tmp_path / "u2", repeats=2, mode="train-time", **point)
     loss = summary_row(fresh, "baseline")["accuracy_mean"] - summary_row(fresh, "train-time")["accuracy_mean"]
     assert loss <= 0.03
-    assert risk_run(spark, data, tmp_path / "r2", runs=4, **point)["results"][0]["top1"] <= 0.95
+    assert risk_run(data, tmp_path / "r2", runs=4, **point)["results"][0]["top1"] <= 0.95
     # Nothing qualifies: the documented exit code, and the frontier is still written.
     strict = ["--max-utility-loss", "0", "--max-reidentification", "0"]
     assert main([*args, *strict, "--output", str(tmp_path / "none")]) == NO_EPSILON_MEETS_BOUNDS
@@ -239,6 +244,7 @@ def bad_inputs(tmp_path_factory):
     return d
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize(
     ("name", "extra", "code", "message"),
     [
@@ -260,6 +266,7 @@ def test_bad_input_is_refused_and_leaves_no_output(bad_inputs, spark, tmp_path, 
         assert not out.exists()
 
 
+@pytest.mark.spark
 @pytest.mark.runtime
 def test_mllib_fits_and_predicts_after_a_release_in_the_same_session(spark, data, tmp_path):
     """A release, then an MLlib model in the same session (a notebook's perturb, then
@@ -280,6 +287,7 @@ def test_mllib_fits_and_predicts_after_a_release_in_the_same_session(spark, data
     assert spark.read.parquet(str(out)).count() == pq.read_table(data).num_rows
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("classes", [2, 3])
 def test_the_executors_fold_of_the_metrics_equals_the_numpy_combiner(spark, data, classes):
     """``Model.score`` counts (label, prediction, score) on the executors and only the counts reach the
@@ -307,6 +315,7 @@ def test_the_executors_fold_of_the_metrics_equals_the_numpy_combiner(spark, data
     assert 0.5 < want["accuracy"] <= 1.0 and len(set(p.tolist())) > 1
 
 
+@pytest.mark.spark
 def test_a_large_training_half_is_fitted_where_it_is_as_on_the_driver(spark, data):
     """Above ``driver_fit_bytes`` each optimiser step is a Spark job summing the blocks' loss and gradient
     (here forced with a limit of 0, over 3 partitions): the same objective as the driver's fit of the same
