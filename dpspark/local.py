@@ -1,6 +1,6 @@
 """The commands on the local engine (``--engine local``): their runners (``dpspark.run``) over a
 ``LocalBackend``, no JVM and no pyspark. privacy-stats, privacy-risk, evaluate-utility and compare run here so
-far; the others need Spark.
+far, and calibrate (``dpspark.spark.calibrate``, which imports no pyspark for it); the others need Spark.
 
 The input is read with pyarrow (``dpspark.run.inputs``: a local Parquet file or directory, or a CSV file, up to
 1 GiB); the report is committed exactly as on Spark (``dpspark.spark.reports.ReportOutput`` over the local file
@@ -37,7 +37,7 @@ from dpspark.run.local import LocalBackend
 from dpspark.run.settings import LABEL, TEXT
 from dpspark.spark.reports import ReportOutput, measure_output
 
-LOCAL_COMMANDS = ("privacy-stats", "privacy-risk", "evaluate-utility", "compare")
+LOCAL_COMMANDS = ("privacy-stats", "calibrate", "privacy-risk", "evaluate-utility", "compare")
 
 
 def spark_available() -> bool:

@@ -19,24 +19,30 @@ Every file is read and written through the session's file system (``reports.Repo
 a path means what it means to Spark (dbfs:/ on Databricks, HDFS on YARN), as for the commands
 that wrote the outputs read here. Files beside the statistics are written under that output's
 lock, each atomically, after checking that the statistics are still the ones read.
+
+On the local engine (``--engine local``, or ``auto`` without pyspark or Java: ``dpspark.local.engine_for``)
+the same files are read and written through this machine's file system, with no JVM: only local paths, and
+statistics computed here by privacy-stats' local engine. No pyspark import at the module's top: the local
+engine needs none.
 """
 
 from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Any
 
 import dpspark
-from dpspark import report
+from dpspark import local, report
 from dpspark.config import CalibrateConfig, StatsConfig
 from dpspark.errors import ConfigError
 from dpspark.outputs import to_json
 from dpspark.run.calibrate import _joint, _nw_sw, check_min_sw, nw_sw_bounds
+from dpspark.run.inputs import check_local
 from dpspark.spark.reports import ReportOutput
-from dpspark.spark.session import get_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Every file a calibration writes, in the order it writes them: calibration.json, the result
 # of record, last. Beside statistics, the ones a calibration does not write are removed (an
@@ -84,8 +90,9 @@ def calibrate(
         max_reidentification: bound on the share of corpus tokens recovered top-1.
         mode: ``"error"`` refuses an existing ``output``; ``"overwrite"`` replaces an earlier
             dpspark output there.
-        spark: the session (default: the active one, or a new local one).
-        **settings: other ``CalibrateConfig`` fields, spelled as in YAML.
+        spark: the session (default: the active one, or a new local one; without one, ``engine="local"``,
+            or ``"auto"`` where pyspark or Java is missing, reads and writes local paths in this process).
+        **settings: other ``CalibrateConfig`` fields, spelled as in YAML (``engine``, ``master``, ...).
 
     Returns:
         What ``calibration.json`` holds: ``bounds`` (in words) and, with Nw/Sw bounds only,
@@ -113,13 +120,24 @@ def run_calibrate(config: CalibrateConfig, spark: SparkSession | None = None) ->
         check_min_sw(config.min_sw, [config.runs], "set by --runs")  # before any Spark work
     elif config.joint and not config.output:
         raise ConfigError("output: give the directory for the calibration (--output DIR)")
-    spark = spark or get_session(config.master, remote=config.remote)
+    engine = "spark" if spark is not None else local.engine_for("calibrate", config)
+    if engine == "local":
+        for path in (config.stats, config.utility, config.risk, config.output):
+            check_local(path)
+    else:
+        from dpspark.spark.session import get_session  # pyspark: only where Spark runs it
+
+        spark = spark or get_session(config.master, remote=config.remote)
     stats_dir = config.stats
     if computed:
-        from dpspark.spark.stats import run_privacy_stats
-
         fields = set(StatsConfig.fields())
-        run_privacy_stats(StatsConfig.parse({k: v for k, v in config.dict().items() if k in fields}), spark)
+        stats = StatsConfig.parse({k: v for k, v in config.dict().items() if k in fields})
+        if engine == "local":
+            local.run_privacy_stats_local(stats)
+        else:
+            from dpspark.spark.stats import run_privacy_stats  # pyspark: only where Spark runs it
+
+            run_privacy_stats(stats, spark)
         stats_dir = config.output
     if config.joint and not computed:
         sources = [s for s in (stats_dir, config.utility, config.risk) if s]
@@ -157,6 +175,7 @@ def run_calibrate(config: CalibrateConfig, spark: SparkSession | None = None) ->
                     "bounds": text,
                     "best": result["best"],
                     "files": [*written, "calibration.md", "calibration.json"],
+                    "engine": engine,
                     "duration_s": round(time.time() - started, 3),
                     "status": "succeeded",  # the last key: a reader that sees it sees the whole manifest
                 }

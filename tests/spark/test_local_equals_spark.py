@@ -1,6 +1,6 @@
-"""Spark = local: for one seed, privacy-stats, privacy-risk, evaluate-utility and compare give the same figures on
-Spark and on the local engine (``--engine local``): the draws are keyed by work item (a document's by its row, a
-release batch's by its partition and number), never by where they run."""
+"""Spark = local: for one seed, privacy-stats (and calibrate on it), privacy-risk, evaluate-utility and compare give
+the same figures on Spark and on the local engine (``--engine local``): the draws are keyed by work item (a
+document's by its row, a release batch's by its partition and number), never by where they run."""
 
 from __future__ import annotations
 
@@ -52,6 +52,12 @@ def test_privacy_stats_is_the_same_on_both_engines(spark, tmp_path):
     a, b = (pq.read_table(tmp_path / e / "per_word.parquet") for e in ("spark", "local"))
     assert a.num_rows == 60 and a.schema == b.schema
     assert same(a.to_pylist(), b.to_pylist())
+    # calibrate beside each engine's statistics, on that engine: the same calibration
+    for engine in ("spark", "local"):
+        argv = ["calibrate", "--stats", str(tmp_path / engine), "--max-nw-fraction", "0.5", "--min-sw", "3"]
+        assert main([*argv, "--engine", engine, "--quiet"]) == 0
+    a, b = (json.loads((tmp_path / e / "calibration.json").read_text()) for e in ("spark", "local"))
+    assert same(a, b) and a["per_setting"]
 
 
 def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path):

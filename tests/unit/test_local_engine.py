@@ -121,13 +121,15 @@ def test_local_engine_refusals_leave_nothing_behind(raw, tmp_path, capsys, monke
     refused(
         capsys, tmp_path, [*base, "--input", str(raw), "--text-column", "text", "--master", "local[2]"], 2, "--master"
     )
+    calibrate = ["calibrate", "--engine", "local", "--max-reidentification", "0.5", "--output", str(tmp_path / "out")]
+    refused(capsys, tmp_path, [*calibrate, "--risk", "s3://bucket/risk"], 2, "--engine spark")
     monkeypatch.setattr("dpspark.run.inputs.MAX_BYTES", 100)
     refused(capsys, tmp_path, [*base, "--input", str(raw), "--text-column", "text"], InputDataError.exit_code, "Spark")
 
 
 def test_without_pyspark_the_default_engine_is_local(corpus, tmp_path):
-    """A machine where pyspark cannot be imported: privacy-risk and compare with no --engine run locally and say
-    so."""
+    """A machine where pyspark cannot be imported: privacy-risk, calibrate and compare with no --engine run locally
+    and say so."""
     blocker = tmp_path / "nopyspark"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['pyspark'] = None  # as if not installed\n")
@@ -143,6 +145,13 @@ def test_without_pyspark_the_default_engine_is_local(corpus, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "engine: local" in done.stdout
     assert json.loads((out / "_dpspark_manifest.json").read_text())["engine"] == "local"
+    # calibrate on that output, with no JVM either
+    cal = tmp_path / "calibration"
+    argv = ["calibrate", "--risk", str(out), "--max-reidentification", "1", "--output", str(cal), "--quiet"]
+    done = subprocess.run([*run[:3], *argv], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((cal / "_dpspark_manifest.json").read_text())
+    assert manifest["engine"] == "local" and manifest["best"]["epsilon"] == 3.0
     # compare on a CSV, as after `pip install dpspark` on a machine without Java
     out = tmp_path / "compare"
     argv = ["compare", "--input", str(labelled_csv(tmp_path)), "--text-column", "text", "--label-column", "label"]
