@@ -809,56 +809,6 @@ class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, Index
     _epsilons = after("epsilons")(_epsilon_grid)
     _lambdas = after("lambdas")(StatsConfig._lambdas.__func__)
 
-    @after("text_column")
-    def _text_column(cls, v: str) -> str:
-        if not v:
-            raise ValueError("name the text column (--text-column COL)")
-        return v
-
-    @whole
-    def _columns_named(self) -> None:
-        # Fields left at their default "" are not validated one by one: name every missing flag here.
-        missing = [f"--{n.replace('_', '-')}" for n in ("text_column", "label_column") if getattr(self, n, None) == ""]
-        if missing:
-            verb = "is" if len(missing) == 1 else "are"
-            raise ValueError(f"{' and '.join(missing)} {verb} required: name the input's column(s) to use")
-
-    @whole
-    def _laplace_grid(self) -> None:
-        if self.mechanism == "laplace" and self.mechanisms is None and self.lambdas != [0.0]:
-            raise ValueError(
-                f"the laplace mechanism is λ = 0; got lambdas = {self.lambdas}: pass --lambdas 0, or use "
-                "--mechanism mahalanobis (whose λ = 0 is the Laplace mechanism)"
-            )
-
-
-class EvaluateUtilityConfig(CorpusGridSettings):
-    """Settings of ``dpspark evaluate-utility``: downstream utility of perturbed text (Xu et al. §5.2,
-    Feyisetan et al. §5). ``mode`` is the evaluation mode here, as the command's contract names it;
-    replacing an earlier output is ``overwrite``."""
-
-    label_column: str = Field(default="", description="the label column (string, integer or boolean; 2+ classes)")
-    mode: Literal["train-time", "test-time", "both"] = Field(  # type: ignore[assignment]
-        default="both",
-        description="the evaluation mode here (not the write mode): train-time (train on perturbed, test on "
-        "plain), test-time (train on plain, test on perturbed) or both (default); to replace an earlier output "
-        "use --overwrite",
-    )
-    overwrite: bool = Field(
-        default=False,
-        description="replace an earlier evaluate-utility output at --output (this command's write mode: its "
-        "--mode is the evaluation mode)",
-    )
-    repeats: int = Field(default=3, ge=1, description="R: independent perturbations per (ε, λ) (3)")
-    model: Literal["tfidf-logreg", "embedding-logreg"] = Field(
-        default="tfidf-logreg",
-        description="tfidf-logreg (default: hashed token counts × IDF → logistic regression) or embedding-logreg "
-        "(mean GloVe vector → logistic regression)",
-    )
-    test_fraction: float = Field(default=0.3, gt=0, lt=1, description="share of rows in the test split (0.3)")
-    split_seed: int = Field(
-        default=42, ge=0, description="seed of the train/test split (42; a fixed split, not noise randomness)"
-    )
     privacy_unit: str = Field(
         default="token",
         description="what one guarantee protects: token (default: the grid is --epsilons per token) or document "
@@ -909,6 +859,57 @@ class EvaluateUtilityConfig(CorpusGridSettings):
     @property
     def allocation_of(self) -> units.Allocation:
         return units.Allocation.parse(self.allocation)
+
+    @after("text_column")
+    def _text_column(cls, v: str) -> str:
+        if not v:
+            raise ValueError("name the text column (--text-column COL)")
+        return v
+
+    @whole
+    def _columns_named(self) -> None:
+        # Fields left at their default "" are not validated one by one: name every missing flag here.
+        missing = [f"--{n.replace('_', '-')}" for n in ("text_column", "label_column") if getattr(self, n, None) == ""]
+        if missing:
+            verb = "is" if len(missing) == 1 else "are"
+            raise ValueError(f"{' and '.join(missing)} {verb} required: name the input's column(s) to use")
+
+    @whole
+    def _laplace_grid(self) -> None:
+        if self.mechanism == "laplace" and self.mechanisms is None and self.lambdas != [0.0]:
+            raise ValueError(
+                f"the laplace mechanism is λ = 0; got lambdas = {self.lambdas}: pass --lambdas 0, or use "
+                "--mechanism mahalanobis (whose λ = 0 is the Laplace mechanism)"
+            )
+
+
+class EvaluateUtilityConfig(CorpusGridSettings):
+    """Settings of ``dpspark evaluate-utility``: downstream utility of perturbed text (Xu et al. §5.2,
+    Feyisetan et al. §5). ``mode`` is the evaluation mode here, as the command's contract names it;
+    replacing an earlier output is ``overwrite``."""
+
+    label_column: str = Field(default="", description="the label column (string, integer or boolean; 2+ classes)")
+    mode: Literal["train-time", "test-time", "both"] = Field(  # type: ignore[assignment]
+        default="both",
+        description="the evaluation mode here (not the write mode): train-time (train on perturbed, test on "
+        "plain), test-time (train on plain, test on perturbed) or both (default); to replace an earlier output "
+        "use --overwrite",
+    )
+    overwrite: bool = Field(
+        default=False,
+        description="replace an earlier evaluate-utility output at --output (this command's write mode: its "
+        "--mode is the evaluation mode)",
+    )
+    repeats: int = Field(default=3, ge=1, description="R: independent perturbations per (ε, λ) (3)")
+    model: Literal["tfidf-logreg", "embedding-logreg"] = Field(
+        default="tfidf-logreg",
+        description="tfidf-logreg (default: hashed token counts × IDF → logistic regression) or embedding-logreg "
+        "(mean GloVe vector → logistic regression)",
+    )
+    test_fraction: float = Field(default=0.3, gt=0, lt=1, description="share of rows in the test split (0.3)")
+    split_seed: int = Field(
+        default=42, ge=0, description="seed of the train/test split (42; a fixed split, not noise randomness)"
+    )
 
     @after("label_column")
     def _label_column(cls, v: str) -> str:

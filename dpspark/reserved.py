@@ -19,6 +19,7 @@ TMP_PREFIX = "_dpspark_tmp_"
 OLD_PREFIX = "_dpspark_old_"
 LOCK_PREFIX = "_dpspark_lock_"
 TABLE_LEDGER_SUFFIX = "__dpspark_ledger"
+MANIFEST = "_dpspark_manifest.json"  # every output's manifest, written last
 
 
 def _role(part: str) -> str:

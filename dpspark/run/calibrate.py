@@ -5,6 +5,7 @@ writes the calibration."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from dpspark import report
 from dpspark.config import CalibrateConfig
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.mechanisms import LEGACY_COLUMN, SETTING_COLUMNS, series_of_row
+from dpspark.reserved import MANIFEST
 from dpspark.run.backend import Files
 from dpspark.stats import Bounds, joint_calibrate
 from dpspark.stats import calibrate as calibrate_table
@@ -87,6 +89,32 @@ def read_table(
     return table
 
 
+def unit_of(fs: Files, directory: str) -> str:
+    """The privacy unit an output's grid is stated in, from its manifest: its kind and allocation (``document,
+    scale``), or ``token`` (a manifest without the field was written before units, per token)."""
+    path = f"{directory.rstrip('/')}/{MANIFEST}"
+    try:
+        manifest = json.loads(fs.read_bytes(path)) if fs.exists(path) else {}
+    except ValueError:
+        manifest = {}
+    kind = (manifest.get("privacy_unit") or {}).get("kind", "token")
+    alloc = manifest.get("allocation") or {}
+    return kind if kind == "token" else f"{kind}, " + (f"cap:{alloc['cap']}" if alloc.get("cap") else "scale")
+
+
+def check_same_unit(fs: Files, c: CalibrateConfig, sources: list[str]) -> None:
+    """Refuse a joint calibration over outputs whose ε are not one scale: a grid of budgets E per document
+    beside one of ε per token (privacy-stats' are per token), or two allocations of E."""
+    dirs = {"utility": c.utility, "risk": c.risk}
+    seen = {s: "token" if s == "stats" else unit_of(fs, dirs[s]) for s in sources}
+    if len(set(seen.values())) > 1:
+        listed = ", ".join(f"--{s} per {u}" for s, u in seen.items())
+        raise InputDataError(
+            f"the outputs state their ε in different privacy units ({listed}): their ε are not one scale; rerun "
+            "them with the same --privacy-unit and --allocation (privacy-stats measures per token)"
+        )
+
+
 def _nw_sw(fs: Files, stats_dir: str, bounds: Bounds, min_sw: float | None) -> tuple[dict, str]:
     """The Nw/Sw calibration of the statistics in ``stats_dir`` and its bounds in words."""
     columns, finite = ("epsilon", "nw", "sw", "runs"), ("epsilon", "runs")
@@ -139,6 +167,7 @@ def _joint(fs: Files, c: CalibrateConfig, nw_result: dict | None, nw_text: str) 
             for chk in row["checked"]:
                 points.setdefault((chk["epsilon"], row["setting"]), {})["nw_sw_met"] = chk["met"]
         sources.append("stats")
+    check_same_unit(fs, c, sources)
     # Only the settings and ε that every source measured can be judged.
     need = {"utility": "utility_loss", "risk": "reidentification", "stats": "nw_sw_met"}
     points = {k: p for k, p in points.items() if all(need[s] in p for s in sources)}

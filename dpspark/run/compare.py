@@ -58,13 +58,12 @@ from dpspark.evaluation import field_metrics as fm
 from dpspark.evaluation.compare_analysis import Analysis, round_robin
 from dpspark.evaluation.compare_mlflow import log_to_mlflow
 from dpspark.mechanisms import MechanismSpec
-from dpspark.params import epsilon_value
 from dpspark.prepare import Prepared, prepare_grid
 from dpspark.progress import Costs, duration, eta_line, log_progress, periodically
 from dpspark.rng import derive_key, derived_generator, new_job_key
 from dpspark.run.backend import Backend, Data, Shipment
 from dpspark.run.risk import risk_rows
-from dpspark.run.settings import ORIGINAL, TEXT, prepare_settings, setting_key, token_epsilon, unit_grid, unit_line
+from dpspark.run.settings import ORIGINAL, TEXT, prepare_settings, setting_key, token_spec, unit_grid, unit_line
 from dpspark.scratch import scratch_dir
 from dpspark.text import tokenize
 from dpspark.wordfiles import read_word_list, warn_unmatched
@@ -549,11 +548,8 @@ class CompareRun:
         return figures, seconds
 
     def privacy_spec(self, spec: MechanismSpec) -> MechanismSpec:
-        """The setting whose per-token privacy figures (re-identification, Nw/Sw) stand for ``spec``: itself
-        under the token unit; under a unit, the same mechanism at the per-token ε its budget gives the median
-        unit of these rows (``settings.token_epsilon``)."""
-        e = token_epsilon(self.unit, spec.epsilon)
-        return spec if e == spec.epsilon else spec.copy(update={"epsilon": epsilon_value(e)})
+        """The setting whose per-token privacy figures stand for ``spec`` here (``settings.token_spec``)."""
+        return token_spec(self.unit, spec)
 
     def mldp(self, prep: Prepared, utility_value: float, text: dict[str, float]) -> dict[str, Any]:
         """MLDP's Nw and Sw (``mldp_words`` words × ``mldp_trials`` trials, Sw without the word itself) on

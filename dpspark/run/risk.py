@@ -54,7 +54,7 @@ from dpspark.prepare import prepare_grid
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator, derive_key, new_job_key
 from dpspark.run.backend import Backend, Data, Kept, pack, unpack
-from dpspark.run.settings import mechanism_fields
+from dpspark.run.settings import mechanism_fields, token_spec, unit_grid, unit_line
 from dpspark.stats import WorkItem, plan
 from dpspark.text import tokenize
 from dpspark.wordfiles import read_word_list, warn_unmatched
@@ -221,6 +221,17 @@ def risk_rows(
         out.append(row)
     draws = sum(len(it.rows) * it.runs for it in items)  # the fitting runs added included
     return Measured(out, draws, seconds)
+
+
+def with_budget(row: dict[str, Any], epsilon: float) -> dict[str, Any]:
+    """A measured setting's row with the grid's ε (a unit's budget E under a unit) as ``epsilon`` and the per-token
+    ε it was measured at as ``token_epsilon`` beside it (equal under the token unit)."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        out[k] = epsilon if k == "epsilon" else v
+        if k == "epsilon":
+            out["token_epsilon"] = v
+    return out
 
 
 class Measured(NamedTuple):
@@ -476,7 +487,10 @@ def assess(backend: Backend, config: RiskConfig, df: Data, local: Path, started:
     emb = embeddings_of(config)
     corpus = _Corpus.count(backend, df, config, emb)
     specs = config.settings()
-    grid = prepare_grid(config, specs, local)
+    # Under a unit the grid's ε are budgets E: each setting is measured at the per-token ε its budget gives the
+    # median row (the privacy figures are per token), and its rows name both.
+    unit = unit_grid(backend, config, [df], config.text_column)
+    grid = prepare_grid(config, [token_spec(unit, spec) for spec in specs], local)
     vocab_rows = grid.vocab_rows
     shipment = backend.ship(lambda d: grid.write_bundle(d, config.embeddings_dir))
     if grid.annoy is not None:
@@ -490,10 +504,17 @@ def assess(backend: Backend, config: RiskConfig, df: Data, local: Path, started:
         index = {t: emb.word_index[t] for t in corpus.tokens if t in emb.word_index}
         listed = {emb.word_index[w] for w in corpus.listed if w in emb.word_index}
         doc = (df, config.text_column, index, listed & set(index.values()))
-    table_rows, draws, _ = risk_rows(backend, config, grid, shipment.name, corpus.prior, corpus.sensitive, doc)
+    measured, draws, _ = risk_rows(backend, config, grid, shipment.name, corpus.prior, corpus.sensitive, doc)
+    table_rows = [with_budget(row, spec.epsilon) for row, spec in zip(measured, specs)]
     risk_s = time.perf_counter() - t0
     pq.write_table(pa.Table.from_pylist(table_rows), local / "risk.parquet")
     notes = _notes(config, specs, len(vocab_rows), corpus, table_rows)
+    line = unit_line(unit)
+    if line:  # under a unit: what the grid's ε is, and the per-token ε each setting was measured at
+        notes.append(
+            f"{line} Each setting is measured at the per-token ε its budget gives the median "
+            f"{unit['privacy_unit']['kind']} (risk.parquet's token_epsilon): shorter ones get more, longer ones less."
+        )
     (local / "summary.md").write_text(risk.summary_md(table_rows, "Re-identification risk", notes), encoding="utf-8")
     plot = risk.write_plot(table_rows, local, len(corpus.prior), len(vocab_rows), emb.name)
     first_draws = len(specs) * len(corpus.prior) * config.runs
@@ -511,6 +532,7 @@ def assess(backend: Backend, config: RiskConfig, df: Data, local: Path, started:
         "settings": grid.facts(),
         "epsilons": config.grid_epsilons(),
         **grid_facts(specs, grid.space),  # each family's facts of the grid (the noise family's λ grid)
+        **unit,  # the privacy unit; under a document unit the grid's ε are its budgets E
         "runs": config.runs,
         "fit_runs": half,
         "score_runs": half,

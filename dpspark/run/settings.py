@@ -1,5 +1,6 @@
 """A run's settings: each setting of a grid as the perturb settings a release would use, its exact key for
-``derive_key``, and its preparation (``Prepared``). Shared by evaluate-utility and compare."""
+``derive_key``, and its preparation (``Prepared``); the measuring commands' privacy unit (``unit_grid``). Shared
+by evaluate-utility, compare and privacy-risk."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from dpspark import units
-from dpspark.config import EvaluateUtilityConfig, PerturbConfig
+from dpspark.config import CorpusGridSettings, EvaluateUtilityConfig, PerturbConfig
 from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
 from dpspark.mechanisms import MechanismSpec
 from dpspark.neighbours import AnnoyIndex
+from dpspark.params import epsilon_value
 from dpspark.prepare import Prepared, prepare, prepare_grid
 
 TEXT, LABEL = "text", "label"  # the labelled commands' internal columns
@@ -36,17 +38,18 @@ def perturb_config(config: EvaluateUtilityConfig, spec: MechanismSpec) -> Pertur
     return PerturbConfig.parse(values)
 
 
-def unit_grid(backend: Any, config: EvaluateUtilityConfig, halves: list[Any]) -> dict[str, Any]:
+def unit_grid(backend: Any, config: CorpusGridSettings, halves: list[Any], column: str = TEXT) -> dict[str, Any]:
     """A measuring command's privacy unit in its manifest: the unit and its adjacency and, under a unit other
-    than the token, the allocation, the grid's budgets, the units' shape over ``halves`` (the labelled rows, one
-    unit each) and the per-token ε each budget gives on this data (min, the median unit's, max)."""
+    than the token, the allocation, the grid's budgets, the units' shape over ``halves`` (the rows of the text
+    ``column``, one unit each: the labelled halves, or privacy-risk's corpus) and the per-token ε each budget gives
+    on this data (min, the median unit's, max)."""
     unit = units.PrivacyUnit.parse(config.privacy_unit)
     out: dict[str, Any] = {"privacy_unit": unit.fields(), "adjacency": unit.adjacency()}
     if unit.is_token:
         return out
     lengths: Counter[int] = Counter()
     for half in halves:
-        lengths.update(backend.length_counts(half, TEXT))
+        lengths.update(backend.length_counts(half, column))
     alloc = config.allocation_of
     shape = units.shape_of(dict(lengths), alloc)
     counts = [units.shape_counts(sum(lengths.values()), shape, e, alloc) for e in config.grid_epsilons()]
@@ -64,6 +67,14 @@ def token_epsilon(fields: dict[str, Any], budget: float) -> float:
         return budget
     alloc, shape = fields["allocation"], fields["unit_counts"]["tokens_per_unit"]
     return budget / (alloc["cap"] if alloc["kind"] == "cap" else max(1, shape["median"] if shape else 1))
+
+
+def token_spec(fields: dict[str, Any], spec: MechanismSpec) -> MechanismSpec:
+    """The setting whose per-token privacy figures (re-identification, Nw/Sw) stand for ``spec`` of a grid with
+    the unit ``fields`` (``unit_grid``'s): ``spec`` itself under the token unit; under a unit, the same mechanism
+    at the per-token ε its budget gives the median unit of the rows (``token_epsilon``)."""
+    e = token_epsilon(fields, spec.epsilon)
+    return spec if e == spec.epsilon else spec.copy(update={"epsilon": epsilon_value(e)})
 
 
 def unit_line(fields: dict[str, Any]) -> str | None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpspark import ledger
+from dpspark import ledger, reserved
 from dpspark.errors import ConfigError, InputDataError, LedgerError, OutputError, OutputExistsError
 from dpspark.outputs import to_json
 from dpspark.reserved import LOCK_PREFIX, OLD_PREFIX, TMP_PREFIX
@@ -35,7 +35,7 @@ from dpspark.spark.fs import FileSystem, is_connect
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-MANIFEST = "_dpspark_manifest.json"
+MANIFEST = reserved.MANIFEST
 MANIFEST_VERSION = 1  # CHANGELOG.md, "Formats": fields are only added within a version
 STALE_AFTER_S = 24 * 3600  # a temporary of another host (or an unknown owner) older than this is stale
 LOCK_STALE_S = 6 * 3600  # a lock of another host older than this is stale (a commit takes seconds to minutes)

@@ -1,8 +1,9 @@
-"""Privacy units in the measuring commands (issue 41, step 5): ``evaluate-utility`` and ``compare`` with
-``--privacy-unit document --unit-budgets E,...`` on the local engine (Spark's figures equal these:
-tests/spark/test_local_equals_spark.py). The grid's ε is each document's budget E; the perturbed copies are unit
-releases (each row's tokens share E); the manifest states the unit, the units' shape and the per-token ε each E
-gives on the data; compare measures its per-token privacy figures at the median document's ε. And the refusals."""
+"""Privacy units in the measuring commands (issue 41, step 5): ``evaluate-utility``, ``compare`` and
+``privacy-risk`` with ``--privacy-unit document --unit-budgets E,...`` on the local engine (Spark's figures equal
+these: tests/spark/test_local_equals_spark.py). The grid's ε is each document's budget E; the perturbed copies are
+unit releases (each row's tokens share E); the manifest states the unit, the units' shape and the per-token ε each
+E gives on the data; compare and privacy-risk measure their per-token privacy figures at the median document's ε,
+and calibrate judges only outputs of one unit together. And the refusals."""
 
 from __future__ import annotations
 
@@ -100,10 +101,61 @@ def test_compare_per_document_measures_privacy_at_the_median_documents_epsilon(s
     assert "Privacy unit: document" in report and "measured per token at the median document's ε" in report
 
 
-@pytest.mark.parametrize("command", ["evaluate-utility", "compare"])
+def test_privacy_risk_per_document_is_the_token_run_at_the_median_documents_epsilon(sms, tmp_path):
+    """Each budget E measured at E/n for the median document's n tokens: the same figures, draw for draw (one
+    seed), as a token-unit run at those ε; risk.parquet names E as ``epsilon`` and the per-token ε beside it."""
+    n = [k for k in lengths(sms) if k > 0]
+    median = sorted(n)[(len(n) - 1) // 2]
+    base = ["privacy-risk", "--engine", "local", "--input", sms, "--text-column", "text", "--mechanisms"]
+    base += ["laplace,tem", "--runs", "4", "--vocab-size", "2000", "--seed", "3"]
+    with pytest.warns(UserWarning, match="seed"):
+        unit = ["--privacy-unit", "document", "--unit-budgets", "20,100"]
+        assert main([*base, *unit, "--output", str(tmp_path / "unit")]) == 0
+    with pytest.warns(UserWarning, match="seed"):
+        shares = f"{20 / median!r},{100 / median!r}"
+        assert main([*base, "--epsilons", shares, "--output", str(tmp_path / "token")]) == 0
+    by_unit, by_token = (pq.read_table(tmp_path / d / "risk.parquet").to_pylist() for d in ("unit", "token"))
+    assert [(r["setting"], r["epsilon"]) for r in by_unit] == [
+        (s, e) for s in ("laplace", "tem β=0.001") for e in (20.0, 100.0)
+    ]
+    for u, t in zip(by_unit, by_token):
+        assert u["token_epsilon"] == t["epsilon"] == t["token_epsilon"] == pytest.approx(u["epsilon"] / median)
+        drop = ("epsilon", "token_epsilon", "fit_curve")
+        same = [json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True) for r in (u, t)]  # NaN too
+        assert same[0] == same[1]
+    m = json.loads((tmp_path / "unit" / "_dpspark_manifest.json").read_text())
+    assert m["privacy_unit"]["kind"] == "document" and m["unit_budgets"] == m["epsilons"] == [20.0, 100.0]
+    assert m["token_epsilons"][0]["median_unit"] == pytest.approx(20 / median)
+    summary = (tmp_path / "unit" / "summary.md").read_text(encoding="utf-8")
+    assert "Privacy unit: document" in summary and "the per-token ε its budget gives the median document" in summary
+
+
+def test_calibrate_judges_outputs_of_one_unit_only(sms, tmp_path, capsys):
+    """A risk grid of budgets per document beside a utility grid of ε per token is refused (exit 3, nothing
+    written); two outputs of the same unit calibrate on their budgets."""
+    common = ["--engine", "local", "--input", sms, "--text-column", "text", "--mechanisms", "laplace"]
+    common += ["--vocab-size", "2000", "--quiet"]
+    doc = ["--privacy-unit", "document", "--unit-budgets", "20,100"]
+    assert main(["privacy-risk", *common, *doc, "--runs", "4", "--output", str(tmp_path / "risk")]) == 0
+    labelled = [*common, "--label-column", "label", "--repeats", "1", "--mode", "test-time"]
+    assert main(["evaluate-utility", *labelled, *doc, "--output", str(tmp_path / "u_doc")]) == 0
+    assert main(["evaluate-utility", *labelled, "--epsilons", "20,100", "--output", str(tmp_path / "u_tok")]) == 0
+    calibrate = ["calibrate", "--engine", "local", "--risk", str(tmp_path / "risk"), "--max-reidentification", "1"]
+    calibrate += ["--max-utility-loss", "1", "--quiet"]
+    capsys.readouterr()
+    refused(
+        capsys, tmp_path, [*calibrate, "--utility", str(tmp_path / "u_tok"), "--output", str(tmp_path / "cal")],
+        3, "different privacy units (--utility per token, --risk per document, scale)",
+    )  # fmt: skip
+    assert main([*calibrate, "--utility", str(tmp_path / "u_doc"), "--output", str(tmp_path / "cal")]) == 0
+    best = json.loads((tmp_path / "cal" / "calibration.json").read_text())["best"]
+    assert best["setting"] == "laplace" and best["epsilon"] == 20.0  # the most private budget meets both bounds
+
+
+@pytest.mark.parametrize("command", ["evaluate-utility", "compare", "privacy-risk"])
 def test_a_unit_grid_refuses_what_it_cannot_measure(sms, tmp_path, capsys, command):
-    base = [command, "--engine", "local", "--input", sms, "--text-column", "text", "--label-column", "label"]
-    base += ["--output", str(tmp_path / "out")]
+    base = [command, "--engine", "local", "--input", sms, "--text-column", "text"]
+    base += ["--output", str(tmp_path / "out")] + ([] if command == "privacy-risk" else ["--label-column", "label"])
     doc = ["--privacy-unit", "document"]
     cases = [
         ([*doc, "--unit-budgets", "20", "--epsilons", "5"], "in place of --epsilons"),
