@@ -547,14 +547,14 @@ def explain_failure(command: str, exc: Exception) -> int | None:
     """Print the one-sentence error of a failure the command explains and return its exit code;
     None for an unexpected failure (the caller re-raises it: exit 1 with a traceback)."""
     from dpspark.errors import ConfigError, DPSparkError, OutputError
-    from dpspark.spark.memory import memory_failure  # imports no pyspark: safe on any failure
+    from dpspark.spark.memory import exception_text, memory_failure  # imports no pyspark: safe on any failure
 
     if isinstance(exc, DPSparkError):
         message, code = str(exc), exc.exit_code
     elif isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         where = f" holding {exc.filename}" if exc.filename else ""
         message, code = f"the disk{where} is full: free space or choose another --output", OutputError.exit_code
-    elif DISK_FULL in str(exc):  # Spark's failure of a task, or of the driver's JVM, on a full disk
+    elif DISK_FULL in exception_text(exc):  # Spark's failure of a task, or of the driver's JVM, on a full disk
         message, code = "a disk is full: free space or choose another --output", OutputError.exit_code
     elif isinstance(exc, ModuleNotFoundError) and exc.name in ("pyspark", "pandas"):
         message = (

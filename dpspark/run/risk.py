@@ -29,6 +29,7 @@ release (the manifest says so).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -453,8 +454,13 @@ class _Fitted:
             t0 = time.perf_counter()
             out._double(config, runs, items, prior, fitted)
             out.fitted_s += time.perf_counter() - t0
-        finally:
-            runs.release()
+        except BaseException:
+            # The failure is what the user must see: releasing the kept runs can fail after it too (a JVM that ran
+            # out of memory and ended), and must not put its own error in the failure's place.
+            with contextlib.suppress(Exception):
+                runs.release()
+            raise
+        runs.release()
         return out
 
     def _double(

@@ -50,7 +50,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _text(exc: BaseException) -> str:
+def exception_text(exc: BaseException) -> str:
     """The exception's text, its Java exception's class included; '' where reading it fails (a Py4J
     error's text is fetched from a JVM that may be gone)."""
     parts = []
@@ -60,6 +60,15 @@ def _text(exc: BaseException) -> str:
         except Exception:  # noqa: BLE001 - a dead JVM, or no Java exception: nothing to read
             continue
     return "\n".join(parts)
+
+
+def _jvm_gone(exc: BaseException) -> bool:
+    """``exc`` says the JVM is unreachable: a lost connection, Py4J's error of a call without an answer, or any
+    Py4J error whose text cannot be read from the JVM (a task's OutOfMemoryError ends local mode's one JVM while
+    the driver's answer, a Py4JJavaError, is on its way)."""
+    if isinstance(exc, ConnectionError) or type(exc).__name__ in ("Py4JError", "Py4JNetworkError"):
+        return True
+    return any(c.__name__ == "Py4JError" for c in type(exc).__mro__) and not exception_text(exc)
 
 
 def _local_jvm_exit(wait_s: float) -> int | None:
@@ -78,13 +87,11 @@ def _local_jvm_exit(wait_s: float) -> int | None:
 def memory_failure(exc: BaseException, wait_s: float = 10.0) -> SparkMemoryError | None:
     """``exc`` as dpspark's one-sentence error when Spark ran out of memory, naming the setting to raise
     (the driver's, or the executors'); None for any other failure."""
-    texts = [_text(e) for e in _chain(exc)]
+    texts = [exception_text(e) for e in _chain(exc)]
     if any(mark in t for t in texts for mark in MARKS):
         task = any(mark in t for t in texts for mark in TASK_MARKS)
         return SparkMemoryError(TASK if task else DRIVER)
-    lost = any(
-        isinstance(e, ConnectionError) or type(e).__name__ in ("Py4JError", "Py4JNetworkError") for e in _chain(exc)
-    )
+    lost = any(_jvm_gone(e) for e in _chain(exc))
     if lost and _local_jvm_exit(wait_s) == JVM_OOM_EXIT:
         return SparkMemoryError(TASK)
     return None

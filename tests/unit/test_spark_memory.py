@@ -97,6 +97,23 @@ def test_a_local_jvm_ended_by_a_tasks_heap_is_told_by_its_exit_code_52(monkeypat
     assert str(memory.memory_failure(ConnectionResetError(), wait_s=0.1)) == memory.TASK
 
 
+class UnreadableJavaError(Py4JError):
+    """A Py4JJavaError (a Py4JError) answered by a JVM that then ended: neither its text nor its Java class can be
+    read any more."""
+
+    @property
+    def java_exception(self):  # noqa: ANN201
+        raise ConnectionRefusedError("the JVM is gone")
+
+
+def test_a_java_error_whose_jvm_ended_by_a_tasks_heap_is_told_by_the_exit_code(monkeypatch):
+    fake_pyspark(monkeypatch, 52)
+    assert str(memory.memory_failure(UnreadableJavaError(), wait_s=0.1)) == memory.TASK
+    # a readable Java error is another failure, and is not waited on
+    fake_pyspark(monkeypatch, None)
+    assert memory.memory_failure(Py4JJavaError("java.io.IOException: bad", "java.io.IOException"), 0.1) is None
+
+
 @pytest.mark.parametrize("exit_code", [None, 1, 137])
 def test_a_lost_jvm_for_another_reason_is_not_called_memory(monkeypatch, exit_code):
     fake_pyspark(monkeypatch, exit_code)
@@ -109,3 +126,11 @@ def test_other_failures_are_not_called_memory(monkeypatch):
         assert memory.memory_failure(exc, wait_s=0.1) is None
     assert memory.memory_failure(Py4JError(), wait_s=0.1) is None  # no JVM of this process's own
     assert cli.explain_failure("privacy-risk", ValueError("bad")) is None
+
+
+def test_an_error_whose_text_needs_the_gone_jvm_is_reraised_not_replaced(monkeypatch):
+    """Reading a Py4J error's text asks the JVM; when it is gone, explain_failure must not raise a connection error
+    of its own in place of the failure (it returns None: the caller re-raises the original)."""
+    monkeypatch.delitem(sys.modules, "pyspark", raising=False)
+    assert memory.exception_text(Py4JError()) == ""
+    assert cli.explain_failure("privacy-risk", Py4JError()) is None
