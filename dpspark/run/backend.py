@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dpspark.npy import load_npy
 from dpspark.progress import Progress
 
 Data = Any  # a backend's handle to a table (a DataFrame for Spark): a runner only passes it back
@@ -32,7 +33,7 @@ def pack(*arrays: np.ndarray) -> bytes:
 def unpack(data: bytes) -> list[np.ndarray]:
     buf, out = io.BytesIO(data), []
     while buf.tell() < len(data):
-        out.append(np.load(buf, allow_pickle=False))
+        out.append(load_npy(buf, allow_pickle=False))
     return out
 
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from dpspark.bundle import Resources, cached
 from dpspark.engine import classification, logreg, nw_sw
+from dpspark.npy import load_npy
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator
 from dpspark.run.compare import text_sums
@@ -48,7 +49,7 @@ def local_bundle(directory: str) -> Resources:
 
 def local_array(directory: str, key: str) -> np.ndarray:
     """The array ``key`` of the files ``LocalBackend.ship_arrays`` wrote into ``directory``."""
-    return np.load(Path(directory) / f"{key}.npy")
+    return load_npy(Path(directory) / f"{key}.npy")
 
 
 @dataclass

@@ -26,6 +26,7 @@ from pyspark.sql import types as T
 
 from dpspark.arrow import numbers
 from dpspark.engine import nw_sw
+from dpspark.npy import load_npy
 from dpspark.progress import Progress, watching
 from dpspark.spark import resources
 from dpspark.spark.session import is_connect
@@ -54,7 +55,7 @@ def shipped_array(name: str, key: str) -> np.ndarray:
     """On an executor: the array ``key`` of the files ``ship_arrays`` sent as ``name``."""
     from pyspark import SparkFiles
 
-    return np.load(Path(SparkFiles.get(name)) / f"{key}.npy")
+    return load_npy(Path(SparkFiles.get(name)) / f"{key}.npy")
 
 
 _SCHEMA = T.StructType([T.StructField("item", T.LongType()), T.StructField("payload", T.BinaryType())])
