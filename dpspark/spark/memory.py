@@ -62,13 +62,13 @@ def exception_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-def _jvm_gone(exc: BaseException) -> bool:
-    """``exc`` says the JVM is unreachable: a lost connection, Py4J's error of a call without an answer, or any
-    Py4J error whose text cannot be read from the JVM (a task's OutOfMemoryError ends local mode's one JVM while
-    the driver's answer, a Py4JJavaError, is on its way)."""
+def _jvm_gone(exc: BaseException, text: str) -> bool:
+    """``exc`` (whose ``exception_text`` is ``text``) says the JVM is unreachable: a lost connection, Py4J's error
+    of a call without an answer, or any Py4J error whose text cannot be read from the JVM (a task's
+    OutOfMemoryError ends local mode's one JVM while the driver's answer, a Py4JJavaError, is on its way)."""
     if isinstance(exc, ConnectionError) or type(exc).__name__ in ("Py4JError", "Py4JNetworkError"):
         return True
-    return any(c.__name__ == "Py4JError" for c in type(exc).__mro__) and not exception_text(exc)
+    return any(c.__name__ == "Py4JError" for c in type(exc).__mro__) and not text
 
 
 def _local_jvm_exit(wait_s: float) -> int | None:
@@ -87,11 +87,12 @@ def _local_jvm_exit(wait_s: float) -> int | None:
 def memory_failure(exc: BaseException, wait_s: float = 10.0) -> SparkMemoryError | None:
     """``exc`` as dpspark's one-sentence error when Spark ran out of memory, naming the setting to raise
     (the driver's, or the executors'); None for any other failure."""
-    texts = [exception_text(e) for e in _chain(exc)]
+    chain = list(_chain(exc))
+    texts = [exception_text(e) for e in chain]  # each read once: a gone JVM refuses every attempt
     if any(mark in t for t in texts for mark in MARKS):
         task = any(mark in t for t in texts for mark in TASK_MARKS)
         return SparkMemoryError(TASK if task else DRIVER)
-    lost = any(_jvm_gone(e) for e in _chain(exc))
+    lost = any(_jvm_gone(e, t) for e, t in zip(chain, texts))
     if lost and _local_jvm_exit(wait_s) == JVM_OOM_EXIT:
         return SparkMemoryError(TASK)
     return None
