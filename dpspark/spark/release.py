@@ -130,7 +130,8 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     try:
         # 4. prepare
         t0 = time.perf_counter()
-        job.prepare(df, spark, run_id)
+        with io.SqlConf(spark, inp.splits):  # the write's read splits: a pass over the input in prepare sees its tasks
+            job.prepare(df, spark, run_id)
         timings = {"preparation_s": round(time.perf_counter() - t0, 3)}
 
         # 5. transform and write (one pass)

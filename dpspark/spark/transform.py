@@ -15,6 +15,7 @@ them. Their names carry the run id, so no input column can clash with them.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,7 @@ from dpspark.text import (
     split_array,
     tokenize,
 )
+from dpspark.unit_table import Cursor, UnitTable, id_hashes, id_key, task_counts
 from dpspark.units import Allocation
 
 
@@ -135,6 +137,39 @@ def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, in
     return int(over or 0), int(most or 0)
 
 
+def unit_counts(df: DataFrame, unit_column: str, columns: list[str], job_key: bytes) -> tuple[UnitTable, int]:
+    """A ``column:`` unit's count pass (``dpspark.unit_table``): each task sums the tokens of ``columns`` per
+    keyed hash of ``unit_column`` in its partition; the partial counts reach the driver as task results (no
+    shuffle, docs/shuffles.md). Returns the table and how many rows have a null id."""
+    key = id_key(job_key)
+
+    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        hashes, tokens, nulls = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
+        for b in batches:
+            h, null = id_hashes(b.column(unit_column), key)
+            n = sum((split_array(b.column(c)).lengths for c in columns), np.zeros(b.num_rows, np.int64))
+            hashes.append(h[~null])
+            tokens.append(n[~null])
+            nulls += int(null.sum())
+        keys, sums = task_counts(np.concatenate(hashes), np.concatenate(tokens))
+        part = _task_partition()  # then a row of the task's null ids, at partition -1
+        yield pa.RecordBatch.from_pydict(
+            {
+                "p": pa.array([*[part] * len(keys), -1], pa.int64()),
+                "h": pa.array([*keys.tolist(), 0], pa.int64()),
+                "n": pa.array([*sums.tolist(), nulls], pa.int64()),
+            }
+        )
+
+    fields = [T.StructField(n, T.LongType()) for n in ("p", "h", "n")]
+    # Over the release's own rows, all columns: a projection could change how a round-robin repartition
+    # (io.spread_tasks) deals the rows out, and each task must meet in the release the rows it counted here.
+    got = map_in_arrow(df, count, fields).collect()
+    p, h, n = (np.array([r[i] for r in got], np.int64).reshape(-1) for i in range(3))
+    counted = p >= 0
+    return UnitTable.build(p[counted], h[counted], n[counted]), int(n[~counted].sum())
+
+
 def count_columns(run_id: str) -> list[str]:
     return [f"__dpspark_{run_id[:12]}_{n}" for n in COUNT_NAMES]
 
@@ -154,14 +189,19 @@ def _perturb_batches(
     counts: list[str],
     extra: tuple[str, ...] = (),
     vocabulary_only: bool = False,
+    unit_column: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     partition = _task_partition()
-    perturber = None
+    perturber = cursor = None
     for number, batch in enumerate(batches):
         if perturber is None:  # loaded at the first batch: an empty partition loads nothing
-            perturber = resources(bundle).perturber(vocabulary_only)
+            shipped = resources(bundle)
+            perturber = shipped.perturber(vocabulary_only)
+            if unit_column is not None:  # a column: unit: this task's walk through its people's tokens
+                cursor = Cursor(shipped.units, partition, id_key(job_key))
         rng = batch_generator(job_key, partition, number)
-        names, arrays, totals = perturber.perturb_batch(batch, rng, columns, keep, extra)
+        within = None if cursor is None else partial(cursor.within, batch.column(unit_column))
+        names, arrays, totals = perturber.perturb_batch(batch, rng, columns, keep, extra, within)
         names += counts
         arrays += [numbers(totals[:, j], np.int64) for j in range(len(COUNT_NAMES))]
         yield pa.RecordBatch.from_arrays(arrays, names=names)
@@ -176,11 +216,13 @@ def perturb(
     run_id: str,
     extra: dict[str, str] | None = None,
     vocabulary_only: bool = False,
+    unit_column: str | None = None,
 ) -> DataFrame:
     """``df`` with ``columns`` perturbed, then ``<col>_<suffix>`` for each of the mechanism's ``extra``
     columns (``MechanismSpec.extra_columns``: SynTF's term frequencies ``<col>_tf``, map<string, int>),
     ``<col>_original`` if ``keep``, and the hidden count columns. ``vocabulary_only``: every word its
-    nearest vocabulary word, no noise (``dpspark.bundle.VocabularyOnly``; evaluations only)."""
+    nearest vocabulary word, no noise (``dpspark.bundle.VocabularyOnly``; evaluations only).
+    ``unit_column``: a ``column:`` unit's id column, whose table (``unit_counts``) the bundle holds."""
     counts = count_columns(run_id)
     fields = list(df.schema.fields)
     for suffix, kind in (extra or {}).items():
@@ -191,7 +233,9 @@ def perturb(
     fields += [T.StructField(n, T.LongType(), False) for n in counts]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _perturb_batches(batches, bundle, job_key, columns, keep, counts, tuple(extra or {}), vocabulary_only)
+        return _perturb_batches(
+            batches, bundle, job_key, columns, keep, counts, tuple(extra or {}), vocabulary_only, unit_column
+        )
 
     return map_in_arrow(df, run, fields)
 

@@ -34,7 +34,10 @@ CASES = [
         ["--privacy-unit", "document", "--unit-budget", "100", "--mechanism", "truncated-gumbel"],
         ["guarantee type 'none' states no bound", "use the token unit"],
     ),
-    (["--privacy-unit", "column:user_id", "--unit-budget", "6"], ["perturb does not do yet; use token or document"]),
+    (
+        ["--privacy-unit", "column:text", "--unit-budget", "6"],
+        ["the unit column 'text' is also a text column to perturb", "leave this one out of --columns"],
+    ),
     (["--privacy-unit", "document", "--unit-budget", "6", "--oov", "drop"], ["use unk or random"]),
     (["--privacy-unit", "document", "--unit-budget", "60", "--mechanism", "syntf"], ["syntf draws whole documents"]),
 ]

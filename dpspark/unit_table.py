@@ -1,0 +1,147 @@
+"""A ``column:NAME`` unit's table: every person's tokens over the whole input, and where each task's rows
+begin among them (docs/privacy-units.md).
+
+A ``column:`` unit spreads a person's budget E over all of that person's tokens, wherever their rows are.
+Each task of a release sees only its partition, so the release makes two passes over the same rows:
+
+1. **count** (``task_counts``): each task hashes its rows' ids with a key derived from the run's job key
+   (``id_hashes``: keyed BLAKE2b, 64 bits) and sums the tokens of each hashed id in its partition. The
+   partial counts reach the driver as task results: no id is shuffled, in plain text or hashed.
+2. **release** (``Cursor``): the driver's table (``UnitTable.build``) gives each (partition, person) the
+   person's tokens in all and those in earlier partitions; each task walks its rows in order and gives each
+   row its unit's total and the unit's tokens before it (``dpspark.units.allocate``'s ``within``).
+
+The unit's order, in which a cap counts, is the input's: partitions in order, rows as read within one, a
+row's text columns in the order given, a text's tokens left to right. It depends on where a row is, never on
+what it says. A task that meets more of a person's tokens than the count found (the input changed between
+the passes) stops the release (``UnitsChanged``): a person's tokens would then get more than E.
+
+The table holds 64-bit keyed hashes and counts: no id, no text, no key. Pure numpy and pyarrow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dpspark.npy import load_npy
+
+FILES = ("unit-partition", "unit-hash", "unit-start", "unit-count", "unit-total")
+
+
+class UnitsChanged(RuntimeError):
+    """A task met more of a person's tokens than the count pass found: the input changed between passes."""
+
+
+def id_key(job_key: bytes) -> bytes:
+    """The key of the ids' hashes, derived from the run's job key (never the job key itself)."""
+    return hashlib.blake2b(job_key, digest_size=32, person=b"dpspark-unit-id").digest()
+
+
+def id_hashes(ids: pa.Array | pa.ChunkedArray, key: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(each id's keyed 64-bit hash as int64, whether it is null): ids of any scalar type, hashed as their text
+    (binary ids as their bytes). ``key``: ``id_key``'s."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    null = np.asarray(ids.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_binary(ids.type) or pa.types.is_large_binary(ids.type):
+        values = ids.to_pylist()
+    else:
+        text = ids if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type) else pc.cast(ids, pa.string())
+        values = [None if v is None else v.encode("utf-8") for v in text.to_pylist()]
+    out = np.zeros(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        if v is not None:
+            out[i] = int.from_bytes(hashlib.blake2b(v, digest_size=8, key=key).digest(), "little", signed=True)
+    return out, null
+
+
+def task_counts(hashes: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One task's count: each hashed id of its rows (sorted) and the tokens of its rows."""
+    keys, inverse = np.unique(np.asarray(hashes, dtype=np.int64), return_inverse=True)
+    return keys, np.bincount(inverse, weights=np.asarray(tokens, dtype=np.int64), minlength=len(keys)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class UnitTable:
+    """Per (partition, hashed id), sorted by partition then hash: the tokens of that id in earlier partitions
+    (``start``), in this one (``count``) and in all (``total``)."""
+
+    partition: np.ndarray
+    hash: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    total: np.ndarray
+
+    @classmethod
+    def build(cls, partition: np.ndarray, hashes: np.ndarray, count: np.ndarray) -> UnitTable:
+        """From every task's ``task_counts`` (one row per partition and hashed id)."""
+        partition, hashes = np.asarray(partition, np.int64), np.asarray(hashes, np.int64)
+        count = np.asarray(count, np.int64)
+        by_unit = np.lexsort((partition, hashes))  # each unit's partitions in order
+        h, n = hashes[by_unit], count[by_unit]
+        first = np.r_[True, h[1:] != h[:-1]]
+        group = np.cumsum(first) - 1
+        ends = np.cumsum(n)
+        group_start = ends[first] - n[first]
+        start, total = ends - n - group_start[group], np.bincount(group, weights=n).astype(np.int64)[group]
+        back = np.empty_like(by_unit)
+        back[by_unit] = np.arange(len(by_unit))
+        table = cls(partition, hashes, start[back], count, total[back])
+        order = np.lexsort((table.hash, table.partition))
+        return cls(*(a[order] for a in (table.partition, table.hash, table.start, table.count, table.total)))
+
+    def unit_totals(self) -> np.ndarray:
+        """Each unit's tokens in all (one entry per unit: the shape the manifest states)."""
+        _, first = np.unique(self.hash, return_index=True)
+        return self.total[first]
+
+    def save(self, directory: str | Path) -> None:
+        for name, array in zip(FILES, (self.partition, self.hash, self.start, self.count, self.total)):
+            np.save(Path(directory) / f"{name}.npy", array)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> UnitTable | None:
+        """The table saved in ``directory``, or None when it holds none (a release of another unit)."""
+        d = Path(directory)
+        if not (d / f"{FILES[0]}.npy").exists():
+            return None
+        return cls(*(load_npy(d / f"{name}.npy") for name in FILES))
+
+
+class Cursor:
+    """One task's walk through its partition's rows (``within``: each row's unit total and the unit's tokens
+    before it), checking that no person has more tokens here than the count pass found."""
+
+    def __init__(self, table: UnitTable, partition: int, key: bytes) -> None:
+        lo, hi = np.searchsorted(table.partition, [partition, partition + 1])
+        self.hash, self.start = table.hash[lo:hi], table.start[lo:hi]
+        self.count, self.total = table.count[lo:hi], table.total[lo:hi]
+        self.seen = np.zeros(hi - lo, dtype=np.int64)
+        self.key = key
+
+    def within(self, ids: pa.Array | pa.ChunkedArray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For the next rows (their ids and tokens, in order): each row's unit total and unit tokens before it."""
+        hashes, null = id_hashes(ids, self.key)
+        at = np.searchsorted(self.hash, hashes)
+        known = (at < len(self.hash)) & ~null
+        known[known] = self.hash[at[known]] == hashes[known]
+        if not known.all():
+            raise UnitsChanged(f"{int((~known).sum())} row(s) of a person the count pass did not see in this task")
+        tokens = np.asarray(tokens, dtype=np.int64)
+        order = np.argsort(at, kind="stable")  # rows by unit, in their order within one
+        a, n = at[order], tokens[order]
+        first = np.r_[True, a[1:] != a[:-1]] if len(a) else np.zeros(0, bool)
+        ends = np.cumsum(n)
+        group_start = np.maximum.accumulate(np.where(first, ends - n, 0)) if len(a) else ends
+        before = np.empty_like(tokens)
+        before[order] = self.start[a] + self.seen[a] + (ends - n - group_start)
+        np.add.at(self.seen, at, tokens)
+        if np.any(self.seen > self.count):
+            raise UnitsChanged("a person has more tokens in this task than the count pass found")
+        return self.total[at], before
