@@ -52,6 +52,12 @@ def describe_spark_error(exc: BaseException, path: str) -> InputDataError | None
             f"input {path}: the files do not agree on a column's type ({first}); rewrite the odd file(s) so that "
             "every file gives the column one type, or release the files separately"
         )
+    if "UnitsChanged" in msg:  # dpspark.unit_table: a task met more of a person than the count pass
+        return InputDataError(
+            f"input {path}: a person's rows changed between the two passes of a column: unit (each person's tokens "
+            "counted, then released): release a stable input (files, or a query without random or nondeterministic "
+            "parts written to files first)"
+        )
     if "FAILED_READ_FILE" in msg or "is not a Parquet file" in msg or "CORRUPT" in msg.upper():
         return InputDataError(f"input {path}: a file cannot be read as Parquet ({first}); remove or repair it")
     return None

@@ -152,3 +152,27 @@ def test_bad_unit_ids_are_refused_and_nothing_is_written(spark, odd, tmp_path, c
     work = odd.parent
     argv = ["perturb", "--input", str(odd), "--output", str(work / "out"), "--columns", "text", "--quiet"]
     refused(capsys, work, [*argv, "--privacy-unit", unit, "--unit-budget", "10"], code, *phrases)
+
+
+def test_an_input_that_changes_between_the_two_passes_stops_the_release(spark, tmp_path):
+    """The ids of the count pass are not those of the release (a UDF that answers u1 for its first 40 calls,
+    then u2): a task meets a person the count did not see, and the release stops, writing nothing."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    import dpspark
+
+    calls = tmp_path / "calls"
+    calls.write_bytes(b"")
+
+    def user() -> str:
+        with open(calls, "ab") as f:
+            f.write(b".")
+            return "u1" if f.tell() <= 40 else "u2"
+
+    df = spark.read.parquet(str(SAMPLE)).limit(40).withColumn("user_id", F.udf(user, T.StringType())())
+    df = df.coalesce(1)
+    with pytest.raises(InputDataError, match="changed between the two passes of a column: unit"):
+        dpspark.release(df, str(tmp_path / "o"), ["text"], privacy_unit="column:user_id", unit_budget=20.0,
+                        vocab_size=5000)  # fmt: skip
+    assert not (tmp_path / "o").exists()
