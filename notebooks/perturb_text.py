@@ -51,9 +51,11 @@ dbutils.widgets.text("vocab_size", default("vocab_size"), "Output vocabulary siz
 dbutils.widgets.dropdown("oov", default("oov"), ["unk", "random", "drop", "keep"], "Out-of-vocabulary tokens")
 dbutils.widgets.text("id_column", "id", "Row id column (for the before/after sample)")
 # A privacy unit (docs/privacy-units.md): "document" makes each row one unit whose tokens share the unit budget
-# (then ε above is not used); the allocation spreads it: "scale" (E/n each) or "cap:K".
-dbutils.widgets.dropdown("privacy_unit", default("privacy_unit"), ["token", "document"], "Privacy unit")
-dbutils.widgets.text("unit_budget", "", "Unit budget E (privacy unit document)")
+# (then ε above is not used), "column" every row that shares the unit column's value (a customer: NAME, or
+# NAME@ID_SPACE); the allocation spreads it: "scale" (E/n each) or "cap:K".
+dbutils.widgets.dropdown("privacy_unit", default("privacy_unit"), ["token", "document", "column"], "Privacy unit")
+dbutils.widgets.text("unit_column", "", "Unit column NAME[@ID_SPACE] (privacy unit column)")
+dbutils.widgets.text("unit_budget", "", "Unit budget E (privacy unit document or column)")
 dbutils.widgets.text("allocation", default("allocation"), "Allocation: scale or cap:K")
 
 # COMMAND ----------
@@ -84,6 +86,8 @@ settings = {
 if dbutils.widgets.get("privacy_unit") != "token":  # a budget per unit in place of ε per token
     del settings["epsilon"]
     settings |= {k: dbutils.widgets.get(k) for k in ("privacy_unit", "unit_budget", "allocation")}
+    if settings["privacy_unit"] == "column":  # column:NAME[@ID_SPACE]
+        settings["privacy_unit"] = f"column:{dbutils.widgets.get('unit_column').strip()}"
 for name in parameters():  # a mechanism's own parameters: left empty, its default applies
     if dbutils.widgets.get(name).strip():
         settings[name] = dbutils.widgets.get(name)

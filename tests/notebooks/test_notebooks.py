@@ -85,18 +85,21 @@ def test_perturb_text_notebook_takes_every_mechanisms_parameters(spark, tmp_path
 
 
 def test_perturb_text_notebook_takes_a_privacy_unit(spark, tmp_path):
-    """The privacy unit's widgets reach the release: each row one document, its tokens sharing the budget."""
+    """The privacy unit's widgets reach the release: every row of one rating (a column: unit, its id space
+    named) shares the budget, capped at 20 tokens."""
     out = tmp_path / "private"
     widgets = {
         "input": str(REVIEWS),
         "output": str(out),
-        "privacy_unit": "document",
+        "privacy_unit": "column",
+        "unit_column": "rating@stars",
         "unit_budget": "40",
         "vocab_size": "2000",
     }
     run_notebook(NOTEBOOKS / "perturb_text.py", {**widgets, "allocation": "cap:20"}, spark=spark)
     manifest = json.loads((out / "_dpspark_manifest.json").read_text())
-    assert manifest["privacy_unit"]["kind"] == "document" and manifest["unit_budget"] == 40.0
+    assert manifest["privacy_unit"] == {"kind": "column", "column": "rating", "id_space": "stars"}
+    assert manifest["unit_budget"] == 40.0 and manifest["unit_counts"]["units"] == 5
     assert manifest["epsilon"] is None and manifest["allocation"]["cap"] == 20
 
 
