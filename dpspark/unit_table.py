@@ -12,9 +12,11 @@ Each task of a release sees only its partition, so the release makes two passes 
    row its unit's total and the unit's tokens before it (``dpspark.units.allocate``'s ``within``).
 
 The unit's order, in which a cap counts, is the input's: partitions in order, rows as read within one, a
-row's text columns in the order given, a text's tokens left to right. It depends on where a row is, never on
-what it says. A task that meets more of a person's tokens than the count found (the input changed between
-the passes) stops the release (``UnitsChanged``): a person's tokens would then get more than E.
+row's text columns in the order given, a text's tokens left to right. Within a task it depends on where a row
+is, never on what it says; Spark orders an input's read tasks by their size in bytes, which a cap's order then
+follows (docs/privacy-units.md states this limit). A task that meets more of a person's tokens than the
+count found (the input changed between the passes) stops the release (``UnitsChanged``): a person's tokens
+would then get more than E.
 
 The table holds 64-bit keyed hashes and counts: no id, no text, no key. Pure numpy and pyarrow.
 """
