@@ -41,7 +41,7 @@ MODELS = {
     "compare.py": (CompareConfig,),
 }
 # Widgets that name the user's data (no command defaults them) or steer the notebook only.
-DATA = {"input", "output", "columns", "column", "text_column", "label_column", "rows", "id_column"}
+DATA = {"input", "output", "columns", "column", "text_column", "label_column", "rows", "id_column", "unit_column"}
 # What each command needs before its defaults mean anything (the settings every run must name).
 REQUIRED = {"input": "in.parquet", "output": "out", "text_column": "text", "label_column": "label"}
 
