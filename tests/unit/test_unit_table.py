@@ -127,7 +127,7 @@ def test_a_persons_rows_are_drawn_at_the_persons_share_not_their_rows(glove):
     ids = ["a", "b", "a"]
     lengths = np.array([6, 2, 7])
     t = table([list(zip(ids, lengths.tolist()))])
-    batch = pa.record_batch({"text": pa.array(texts), "user": pa.array(ids)})
+    batch = pa.RecordBatch.from_pydict({"text": pa.array(texts), "user": pa.array(ids)})
     cursor = Cursor(t, 0, KEY)
     _, arrays, _ = perturber.perturb_batch(
         batch, np.random.default_rng(3), ["text"], within=lambda n: cursor.within(batch.column("user"), n)
