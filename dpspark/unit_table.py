@@ -69,6 +69,16 @@ def task_counts(hashes: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.
     return keys, np.bincount(inverse, weights=np.asarray(tokens, dtype=np.int64), minlength=len(keys)).astype(np.int64)
 
 
+def _runs(keys: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Over ``keys`` sorted into runs of equal values, ``n`` per entry: each entry's sum of ``n`` over the
+    entries before it in its run, and its run's number."""
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    run = np.cumsum(first) - 1
+    before = np.cumsum(n) - n
+    return before - before[first][run], run
+
+
 @dataclass(frozen=True)
 class UnitTable:
     """Per (partition, hashed id), sorted by partition then hash: the tokens of that id in earlier partitions
@@ -86,12 +96,9 @@ class UnitTable:
         partition, hashes = np.asarray(partition, np.int64), np.asarray(hashes, np.int64)
         count = np.asarray(count, np.int64)
         by_unit = np.lexsort((partition, hashes))  # each unit's partitions in order
-        h, n = hashes[by_unit], count[by_unit]
-        first = np.r_[True, h[1:] != h[:-1]]
-        group = np.cumsum(first) - 1
-        ends = np.cumsum(n)
-        group_start = ends[first] - n[first]
-        start, total = ends - n - group_start[group], np.bincount(group, weights=n).astype(np.int64)[group]
+        n = count[by_unit]
+        start, run = _runs(hashes[by_unit], n)
+        total = np.bincount(run, weights=n).astype(np.int64)[run]
         back = np.empty_like(by_unit)
         back[by_unit] = np.arange(len(by_unit))
         table = cls(partition, hashes, start[back], count, total[back])
@@ -137,12 +144,9 @@ class Cursor:
             raise UnitsChanged(f"{int((~known).sum())} row(s) of a person the count pass did not see in this task")
         tokens = np.asarray(tokens, dtype=np.int64)
         order = np.argsort(at, kind="stable")  # rows by unit, in their order within one
-        a, n = at[order], tokens[order]
-        first = np.r_[True, a[1:] != a[:-1]] if len(a) else np.zeros(0, bool)
-        ends = np.cumsum(n)
-        group_start = np.maximum.accumulate(np.where(first, ends - n, 0)) if len(a) else ends
+        a = at[order]
         before = np.empty_like(tokens)
-        before[order] = self.start[a] + self.seen[a] + (ends - n - group_start)
+        before[order] = self.start[a] + self.seen[a] + _runs(a, tokens[order])[0]
         np.add.at(self.seen, at, tokens)
         if np.any(self.seen > self.count):
             raise UnitsChanged("a person has more tokens in this task than the count pass found")

@@ -120,6 +120,11 @@ def unit_aggregates(run_id: str, allocation: Allocation) -> list[Column]:
     return out
 
 
+def row_tokens(batch: pa.RecordBatch, columns: list[str]) -> np.ndarray:
+    """Each row's tokens over ``columns`` together (``split_array``'s lengths: what a unit's allocation counts)."""
+    return sum((split_array(batch.column(c)).lengths for c in columns), np.zeros(batch.num_rows, np.int64))
+
+
 def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, int]:
     """How many rows (document units) hold more than ``cap`` tokens over ``columns`` together, and the most any
     row holds: counted on the executors, two numbers per task reach the driver."""
@@ -127,7 +132,7 @@ def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, in
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         over = most = 0
         for b in batches:
-            n = sum((split_array(b.column(i)).lengths for i in range(b.num_columns)), np.zeros(b.num_rows, np.int64))
+            n = row_tokens(b, b.schema.names)
             over, most = over + int((n > cap).sum()), max(most, int(n.max(initial=0)))
         yield pa.RecordBatch.from_pydict({"over": pa.array([over], pa.int64()), "most": pa.array([most], pa.int64())})
 
@@ -147,7 +152,7 @@ def unit_counts(df: DataFrame, unit_column: str, columns: list[str], job_key: by
         hashes, tokens, nulls = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
         for b in batches:
             h, null = id_hashes(b.column(unit_column), key)
-            n = sum((split_array(b.column(c)).lengths for c in columns), np.zeros(b.num_rows, np.int64))
+            n = row_tokens(b, columns)
             hashes.append(h[~null])
             tokens.append(n[~null])
             nulls += int(null.sum())

@@ -140,3 +140,10 @@ def test_a_persons_rows_are_drawn_at_the_persons_share_not_their_rows(glove):
         pa.array(texts), np.random.default_rng(3), units.allocate(lengths, 40.0, units.Allocation())
     )
     assert as_documents.to_pylist() != expected.to_pylist()  # each row its own unit draws at E/6, E/2, E/7
+
+
+def test_an_input_without_ids_gives_an_empty_table():
+    t = UnitTable.build(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert len(t.hash) == 0 and len(t.unit_totals()) == 0
+    totals, before = Cursor(t, 0, KEY).within(pa.array([], pa.string()), np.zeros(0, np.int64))
+    assert len(totals) == len(before) == 0
