@@ -45,6 +45,15 @@ interpreter() {  # python3.X from pyenv, else from PATH
 }
 
 pinned() { grep -E '^[A-Za-z0-9_.-]+==' "$1" | tr 'A-Z_' 'a-z-' | sort; }
+
+# A runtime whose pyspark, numpy and pandas pins are another's (its twin) runs the Spark tests (marker
+# `spark`: sessions, Connect, the notebooks) only on the twin when both are in this run: they would load
+# the same Spark jars under the same pyspark, numpy and pandas. Its own tests there are the rest of the
+# runtime lane (its pyarrow and Python: Arrow, the engines, the mechanisms). Alone, it runs the whole lane.
+# dbr-15.4-lts is dbr-14.3-lts's twin (pyspark 3.5.0, numpy 1.23.5, pandas 1.5.3; pyarrow 14 and
+# Python 3.11 instead of 8 and 3.10): its Spark suite was the slowest part of CI for no other outcome.
+spark_twin() { case $1 in dbr-15.4-lts) echo dbr-14.3-lts ;; esac; }
+spark_pins() { pinned "runtimes/$1.txt" | grep -E '^(pyspark|numpy|pandas)=='; }
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 image() {  # the runtime's image: its pinned libraries as they ship, and the data packages the tests read
@@ -98,7 +107,7 @@ prepare() {  # one runtime's venv with this wheel: the cached image (built on a 
 }
 
 one() {  # one runtime: venv, install under the pins, suite; its table row goes to $WORK/$name.row
-    local name=$1 log=$WORK/$1.log start installed suite_s=0 resolves=no passed=0 failed=0 errors=0 venv
+    local name=$1 log=$WORK/$1.log start installed suite_s=0 resolves=no passed=0 failed=0 errors=0 venv twin lane=-
     start=$(date +%s)
     if [ "$reuse_wheel" = yes ] && [ -e "$WORK/$name.log" ]; then
         echo "== suite" >>"$log"  # the install's log (--install-only, earlier in this CI run) stays above
@@ -111,7 +120,15 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
         venv=$(cat "$WORK/$name.venv")
         # runtime: the tests whose code path depends on pyspark, pyarrow, pandas, numpy or Python
         # (CONTRIBUTING.md); the rest run once, in make test, the standalone-cluster tests included.
-        marks="runtime and not cluster"
+        marks="runtime and not cluster" lane=all
+        twin=$(spark_twin "$name")
+        if [ -n "$twin" ] && [[ " ${names[*]} " == *" $twin "* ]]; then
+            if [ "$(spark_pins "$name")" = "$(spark_pins "$twin")" ]; then
+                marks="runtime and not cluster and not spark" lane="no spark: $twin's"
+            else  # the claim above went stale: the whole lane, and the table says why
+                lane="all: pins differ from $twin"
+            fi
+        fi
         # pyspark 3.5's wheel has no Spark Connect server (its jar comes from Maven): the
         # Connect tests then run this runtime's client against the checkout's newer server
         # (the checkout's venv: DPSPARK_VENV, which make sets from its VENV; .venv by default).
@@ -134,8 +151,8 @@ one() {  # one runtime: venv, install under the pins, suite; its table row goes 
         suite_s=$(($(date +%s) - installed))
     fi
     minutes() { awk "BEGIN {printf \"%.1f\", $1 / 60}"; }
-    printf '| %-13s | %-8s | %6s | %6s | %6s | %7s | %5s |\n' "$name" "$resolves" "$passed" "$failed" "$errors" \
-        "$(minutes $((installed - start)))" "$(minutes "$suite_s")" >"$WORK/$name.row"
+    printf '| %-13s | %-8s | %6s | %6s | %6s | %7s | %5s | %-24s |\n' "$name" "$resolves" "$passed" "$failed" \
+        "$errors" "$(minutes $((installed - start)))" "$(minutes "$suite_s")" "$lane" >"$WORK/$name.row"
     if [ "$resolves" != yes ] || { [ "$install_only" = no ] && { [ "$failed" != 0 ] || [ "$errors" != 0 ] || [ "$passed" = 0 ]; }; }; then
         echo "--- $name failed; the end of $log:" >&2
         tail -n 40 "$log" >&2
@@ -160,8 +177,8 @@ for name in "${names[@]}"; do [ -e "$WORK/$name.ok" ] || status=1; done
 table=$WORK/runtimes.table
 [ "$install_only" = yes ] && table=$WORK/install.table
 {
-    echo "| runtime       | resolves | passed | failed | errors | install | suite |"
-    echo "|---------------|----------|--------|--------|--------|---------|-------|"
+    echo "| runtime       | resolves | passed | failed | errors | install | suite | tests                    |"
+    echo "|---------------|----------|--------|--------|--------|---------|-------|--------------------------|"
     for name in "${names[@]}"; do cat "$WORK/$name.row" 2>/dev/null || echo "| $name: no result |"; done
 } | tee "$table"
 exit $status
