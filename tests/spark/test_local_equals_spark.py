@@ -14,7 +14,7 @@ import pytest
 
 from dpspark.cli import main
 
-pytestmark = [pytest.mark.spark, pytest.mark.runtime]
+pytestmark = pytest.mark.spark  # each test but compare's also runs per runtime (marked below)
 
 TEXTS = [
     "the city is quiet tonight and the river is calm",
@@ -46,6 +46,7 @@ def run_both(tmp_path, argv: list[str]) -> dict[str, dict]:
     return manifests
 
 
+@pytest.mark.runtime
 def test_privacy_stats_is_the_same_on_both_engines(spark, tmp_path):
     argv = ["privacy-stats", "--mechanisms", "laplace,custext", "--epsilons", "5", "--runs", "12", "--words", "30"]
     run_both(tmp_path, [*argv, "--vocab-size", "2000"])
@@ -60,6 +61,7 @@ def test_privacy_stats_is_the_same_on_both_engines(spark, tmp_path):
     assert same(a, b) and a["per_setting"]
 
 
+@pytest.mark.runtime
 def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path):
     data = tmp_path / "corpus.parquet"
     pq.write_table(pa.table({"text": TEXTS}), data)  # one file, one partition: row ids are row positions
@@ -75,6 +77,7 @@ def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path):
     assert manifests["spark"]["corpus"] == manifests["local"]["corpus"]
 
 
+@pytest.mark.runtime
 def test_evaluate_utility_is_the_same_on_both_engines(tmp_path, sms120):
     """The same split (a keyed hash of each row), the same perturbed copies (one task: batch i draws from
     (key, 0, i) on both), the same fit: results.parquet equal, value for value. Under a document unit, so that the
@@ -92,7 +95,9 @@ def test_evaluate_utility_is_the_same_on_both_engines(tmp_path, sms120):
 
 def test_compare_is_the_same_on_both_engines(tmp_path, sms120):
     """compare's whole table (utility, the attacker, Nw/Sw, the text metrics) and its equal-privacy table, equal
-    on both engines but the seconds each setting took."""
+    on both engines but the seconds each setting took. In make test only: its parts are compared per runtime
+    above (evaluate-utility's fit, privacy-risk's attacker, privacy-stats' counts), and compare's own run on
+    Spark is tests/spark/test_compare.py's per runtime."""
     argv = ["compare", "--input", sms120, "--text-column", "text", "--label-column", "label", "--repeats", "1"]
     argv += ["--mechanisms", "laplace,tem", "--epsilons", "10", "--runs", "4", "--vocab-size", "2000"]
     manifests = run_both(tmp_path, argv)
@@ -105,6 +110,7 @@ def test_compare_is_the_same_on_both_engines(tmp_path, sms120):
     assert manifests["spark"]["recommended"] == manifests["local"]["recommended"]
 
 
+@pytest.mark.runtime
 @pytest.mark.parametrize("model", ["tfidf-logreg", "embedding-logreg"])
 def test_the_classifier_is_the_same_on_both_engines(spark, tmp_path, model):
     """evaluate-utility's and compare's classifier: Spark's driver fit (the features computed on the executors,
