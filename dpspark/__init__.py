@@ -295,9 +295,10 @@ def privacy_stats(output, epsilons=None, lambdas=None, runs=100, **settings):  #
     The grid is ``epsilons`` (None: each mechanism's ``default_epsilons``) × the λ grid of laplace/mahalanobis
     (``lambdas``), or
     ``mechanisms=["laplace", "tem", "santext"]`` × ``epsilons`` × each mechanism's own axes
-    (``grid={"lambda": [0, 1], "t": [0.5]}``). Returns the run manifest (with the per-setting
-    summary). See ``dpspark.config.StatsConfig`` for the other settings (words, word_list, corpus,
-    vocab_size, nn, seed, mode, ...).
+    (``grid={"lambda": [0, 1], "t": [0.5]}``). Per document: ``privacy_unit="document", unit_budgets=[60, 200],
+    corpus=PATH, columns=[...]`` (each E measured at the per-token ε it gives the corpus's median row). Returns the
+    run manifest (with the per-setting summary). See ``dpspark.config.StatsConfig`` for the other settings (words,
+    word_list, corpus, vocab_size, nn, seed, mode, ...).
     """
     from dpspark import local
     from dpspark.config import StatsConfig

@@ -704,110 +704,10 @@ class GridSettings(Settings):
         return sorted({s.epsilon for s in self.settings()})
 
 
-class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings, GridSettings):
-    """Settings of ``dpspark privacy-stats`` (Nw/Sw over a grid of mechanisms, ε and their parameters)."""
-
-    epsilons: list[float] | None = Field(default=None, description=EPSILONS_HELP)
-    lambdas: list[float] | None = Field(
-        default=None, description="λ grid, comma-separated (default 0,0.25,0.5,0.75,1; same as --grid lambda=...)"
-    )
-    runs: int = Field(default=100, description="K: runs of the mechanism per word (100)")
-    words: int = Field(default=500, ge=1, description="number of vocabulary words sampled uniformly (500)")
-    words_seed: int = Field(default=0, ge=0, description="seed of that public sample (0)")
-    word_list: str | None = Field(default=None, description="measure these words instead (one per line)")
-    corpus: str | None = Field(default=None, description="measure the most frequent vocabulary words of this Parquet")
-    columns: list[str] = Field(default_factory=list, description="text columns of --corpus")
-    words_per_task: int = Field(default=50, ge=1, description="words per work item (50)")
-    runs_per_task: int | None = Field(default=None, ge=1, description="runs per work item (all K)")
-
-    _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
-    _columns = before("columns")(PerturbConfig._columns.__func__)
-    _word_list = after("word_list")(_word_file("word list"))
-
-    _epsilons = after("epsilons")(_epsilon_grid)
-
-    @after("lambdas")
-    def _lambdas(cls, v: list[float] | None) -> list[float] | None:
-        return None if v is None else _sorted_unique(v, check_lambda, "--lambdas 0,1")
-
-    @after("runs")
-    def _runs(cls, v: int) -> int:
-        if v < 2:
-            raise ValueError(f"K must be at least 2 to say anything about Nw and Sw, got {v}")
-        return v
-
-    @whole
-    def _sources(self) -> None:
-        if self.word_list and self.corpus:
-            raise ValueError("choose one of word_list and corpus")
-        if self.corpus and not self.columns:
-            raise ValueError("corpus needs --columns: the text columns to take words from")
-
-
-class CalibrateConfig(StatsConfig):
-    """Settings of ``dpspark calibrate``: bounds, and the statistics to read (or compute first)."""
-
-    stats: str | None = Field(
-        default=None,
-        description="a privacy-stats output directory to read (without it the statistics are computed into --output)",
-    )
-    max_nw_fraction: float | None = Field(
-        default=None, gt=0, le=1, description="bound: Nw <= fraction·K, a fraction of the K runs (0.5)"
-    )
-    min_sw: float | None = Field(
-        default=None,
-        ge=1,
-        description="bound: Sw >= this count of distinct outputs among the K runs (so at most K; a bound above "
-        "the statistics' K is refused)",
-    )
-    percentile: float = Field(default=100.0, gt=0, le=100, description="100 (default) = worst case; e.g. 95")
-    utility: str | None = Field(default=None, description="an evaluate-utility output directory (utility bound)")
-    risk: str | None = Field(default=None, description="a privacy-risk output directory (re-identification bound)")
-    max_utility_loss: float | None = Field(
-        default=None, ge=0, le=1, description="bound: baseline minus mean utility <= this (e.g. 0.02)"
-    )
-    utility_metric: str = Field(default="accuracy", description="metric of the utility bound (accuracy)")
-    max_reidentification: float | None = Field(
-        default=None, ge=0, le=1, description="bound: share of corpus tokens recovered top-1 <= this (e.g. 0.2)"
-    )
-
-    @whole
-    def _joint_sources(self) -> None:
-        if self.max_utility_loss is not None and not self.utility:
-            raise ValueError("max_utility_loss needs --utility DIR (an evaluate-utility output)")
-        if self.max_reidentification is not None and not self.risk:
-            raise ValueError("max_reidentification needs --risk DIR (a privacy-risk output)")
-
-    @property
-    def joint(self) -> bool:
-        """True when utility or risk bounds are given (Xu et al. §6: most private setting meeting them)."""
-        return self.max_utility_loss is not None or self.max_reidentification is not None
-
-    @property
-    def nw_sw_bounds(self) -> bool:
-        return self.max_nw_fraction is not None or self.min_sw is not None
-
-
-class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings, GridSettings):
-    """What the corpus evaluations share (evaluate-utility, privacy-risk): a Parquet input,
-    one text column, and the (ε, λ) grid of the word mechanism to evaluate."""
-
-    input: str | None = Field(default=None, description="input Parquet file or directory")
-    text_column: str = Field(default="", description="the text column to perturb")
-    epsilons: list[float] | None = Field(default=None, description=EPSILONS_HELP)
-    lambdas: list[float] | None = Field(
-        default=None, description="λ grid, comma-separated (default 0,0.5,1; laplace: 0)"
-    )
-    mechanism: Mechanism = Field(
-        default="mahalanobis",
-        description="mahalanobis (default: every λ of the grid), laplace (λ = 0 only), or one other mechanism "
-        "(or give several with --mechanisms)",
-    )
-    default_lambdas: ClassVar[tuple[float, ...]] = (0.0, 0.5, 1.0)
-
-    _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
-    _epsilons = after("epsilons")(_epsilon_grid)
-    _lambdas = after("lambdas")(StatsConfig._lambdas.__func__)
+class UnitGridSettings(Settings):
+    """A measuring command's privacy unit: the token (the grid is ε per token) or the document (the grid is each
+    row's budget E, its tokens sharing it under the allocation). privacy-stats, privacy-risk, evaluate-utility
+    and compare (``dpspark.run.settings.unit_grid``)."""
 
     privacy_unit: str = Field(
         default="token",
@@ -859,6 +759,119 @@ class CorpusGridSettings(OutputSettings, SparkSettings, EmbeddingSettings, Index
     @property
     def allocation_of(self) -> units.Allocation:
         return units.Allocation.parse(self.allocation)
+
+
+class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings, UnitGridSettings, GridSettings):
+    """Settings of ``dpspark privacy-stats`` (Nw/Sw over a grid of mechanisms, ε and their parameters)."""
+
+    epsilons: list[float] | None = Field(default=None, description=EPSILONS_HELP)
+    lambdas: list[float] | None = Field(
+        default=None, description="λ grid, comma-separated (default 0,0.25,0.5,0.75,1; same as --grid lambda=...)"
+    )
+    runs: int = Field(default=100, description="K: runs of the mechanism per word (100)")
+    words: int = Field(default=500, ge=1, description="number of vocabulary words sampled uniformly (500)")
+    words_seed: int = Field(default=0, ge=0, description="seed of that public sample (0)")
+    word_list: str | None = Field(default=None, description="measure these words instead (one per line)")
+    corpus: str | None = Field(default=None, description="measure the most frequent vocabulary words of this Parquet")
+    columns: list[str] = Field(default_factory=list, description="text columns of --corpus")
+    words_per_task: int = Field(default=50, ge=1, description="words per work item (50)")
+    runs_per_task: int | None = Field(default=None, ge=1, description="runs per work item (all K)")
+
+    _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
+    _columns = before("columns")(PerturbConfig._columns.__func__)
+    _word_list = after("word_list")(_word_file("word list"))
+
+    _epsilons = after("epsilons")(_epsilon_grid)
+
+    @after("lambdas")
+    def _lambdas(cls, v: list[float] | None) -> list[float] | None:
+        return None if v is None else _sorted_unique(v, check_lambda, "--lambdas 0,1")
+
+    @after("runs")
+    def _runs(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"K must be at least 2 to say anything about Nw and Sw, got {v}")
+        return v
+
+    @whole
+    def _sources(self) -> None:
+        if self.word_list and self.corpus:
+            raise ValueError("choose one of word_list and corpus")
+        if self.corpus and not self.columns:
+            raise ValueError("corpus needs --columns: the text columns to take words from")
+        if self.privacy_unit != "token" and not self.corpus:
+            raise ValueError(
+                f"a {self.privacy_unit} unit's budget is shared by the tokens of each document: give the documents "
+                "(--corpus PARQUET --columns COL; each row is one), whose shape sets the per-token ε measured"
+            )
+
+
+class CalibrateConfig(StatsConfig):
+    """Settings of ``dpspark calibrate``: bounds, and the statistics to read (or compute first)."""
+
+    stats: str | None = Field(
+        default=None,
+        description="a privacy-stats output directory to read (without it the statistics are computed into --output)",
+    )
+    max_nw_fraction: float | None = Field(
+        default=None, gt=0, le=1, description="bound: Nw <= fraction·K, a fraction of the K runs (0.5)"
+    )
+    min_sw: float | None = Field(
+        default=None,
+        ge=1,
+        description="bound: Sw >= this count of distinct outputs among the K runs (so at most K; a bound above "
+        "the statistics' K is refused)",
+    )
+    percentile: float = Field(default=100.0, gt=0, le=100, description="100 (default) = worst case; e.g. 95")
+    utility: str | None = Field(default=None, description="an evaluate-utility output directory (utility bound)")
+    risk: str | None = Field(default=None, description="a privacy-risk output directory (re-identification bound)")
+    max_utility_loss: float | None = Field(
+        default=None, ge=0, le=1, description="bound: baseline minus mean utility <= this (e.g. 0.02)"
+    )
+    utility_metric: str = Field(default="accuracy", description="metric of the utility bound (accuracy)")
+    max_reidentification: float | None = Field(
+        default=None, ge=0, le=1, description="bound: share of corpus tokens recovered top-1 <= this (e.g. 0.2)"
+    )
+
+    @whole
+    def _joint_sources(self) -> None:
+        if self.max_utility_loss is not None and not self.utility:
+            raise ValueError("max_utility_loss needs --utility DIR (an evaluate-utility output)")
+        if self.max_reidentification is not None and not self.risk:
+            raise ValueError("max_reidentification needs --risk DIR (a privacy-risk output)")
+
+    @property
+    def joint(self) -> bool:
+        """True when utility or risk bounds are given (Xu et al. §6: most private setting meeting them)."""
+        return self.max_utility_loss is not None or self.max_reidentification is not None
+
+    @property
+    def nw_sw_bounds(self) -> bool:
+        return self.max_nw_fraction is not None or self.min_sw is not None
+
+
+class CorpusGridSettings(
+    OutputSettings, SparkSettings, EmbeddingSettings, IndexSettings, UnitGridSettings, GridSettings
+):
+    """What the corpus evaluations share (evaluate-utility, privacy-risk): a Parquet input,
+    one text column, and the (ε, λ) grid of the word mechanism to evaluate."""
+
+    input: str | None = Field(default=None, description="input Parquet file or directory")
+    text_column: str = Field(default="", description="the text column to perturb")
+    epsilons: list[float] | None = Field(default=None, description=EPSILONS_HELP)
+    lambdas: list[float] | None = Field(
+        default=None, description="λ grid, comma-separated (default 0,0.5,1; laplace: 0)"
+    )
+    mechanism: Mechanism = Field(
+        default="mahalanobis",
+        description="mahalanobis (default: every λ of the grid), laplace (λ = 0 only), or one other mechanism "
+        "(or give several with --mechanisms)",
+    )
+    default_lambdas: ClassVar[tuple[float, ...]] = (0.0, 0.5, 1.0)
+
+    _lists = before("epsilons", "lambdas")(lambda cls, v: _comma_list(v))
+    _epsilons = after("epsilons")(_epsilon_grid)
+    _lambdas = after("lambdas")(StatsConfig._lambdas.__func__)
 
     @after("text_column")
     def _text_column(cls, v: str) -> str:

@@ -186,10 +186,17 @@ def split_array(array: pa.Array) -> Split:
     return Split(array.type, texts, invalid, parts, lengths)
 
 
-def length_counts(array: pa.Array) -> dict[int, int]:
-    """Tokens in a row → rows, over one string array (``split_array``'s lengths: what a privacy unit's allocation
-    counts; a partial: add them over arrays)."""
-    lengths, rows = np.unique(split_array(array).lengths, return_counts=True)
+def row_tokens(data: pa.RecordBatch | pa.Table, columns: list[str]) -> np.ndarray:
+    """Each row's tokens over ``columns`` together (``split_array``'s lengths: what a unit's allocation counts)."""
+    arrays = (data.column(c) for c in columns)
+    lengths = (split_array(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a).lengths for a in arrays)
+    return sum(lengths, np.zeros(data.num_rows, np.int64))
+
+
+def length_counts(data: pa.RecordBatch | pa.Table, columns: list[str]) -> dict[int, int]:
+    """Tokens in a row (over ``columns`` together: ``row_tokens``) → rows: a document unit's shape (a partial: add
+    them over batches)."""
+    lengths, rows = np.unique(row_tokens(data, columns), return_counts=True)
     return dict(zip(lengths.tolist(), rows.tolist()))
 
 

@@ -99,7 +99,7 @@ class Backend(Protocol):
 
     def token_counts(self, data: Data, column: str) -> dict[str, int]: ...  # tokenizer's tokens → occurrences
 
-    def length_counts(self, data: Data, column: str) -> dict[int, int]: ...  # tokens in a row → rows (a unit's shape)
+    def length_counts(self, data: Data, columns: list[str]) -> dict[int, int]: ...  # a row's tokens → rows (unit shape)
 
     def perturbed(
         self, data: Data, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False
@@ -123,6 +123,8 @@ class Backend(Protocol):
     def nw_sw(self, items: list[Any], job_key: bytes, bundle: str) -> dict:
         """The Nw/Sw combiner (``dpspark.engine.nw_sw``) folded over the work items where they are drawn:
         (setting, word) → (Nw, Sw, K)."""
+
+    def corpus(self, path: str, columns: list[str]) -> Data: ...  # a corpus Parquet's text columns (checked)
 
     def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:
         """The ``size`` most frequent words of ``in_vocabulary`` in the text ``columns`` of the input at ``path``."""

@@ -104,14 +104,14 @@ def unit_of(fs: Files, directory: str) -> str:
 
 def check_same_unit(fs: Files, c: CalibrateConfig, sources: list[str]) -> None:
     """Refuse a joint calibration over outputs whose ε are not one scale: a grid of budgets E per document
-    beside one of ε per token (privacy-stats' are per token), or two allocations of E."""
-    dirs = {"utility": c.utility, "risk": c.risk}
-    seen = {s: "token" if s == "stats" else unit_of(fs, dirs[s]) for s in sources}
+    beside one of ε per token, or two allocations of E."""
+    dirs = {"utility": c.utility, "risk": c.risk, "stats": c.stats or c.output}
+    seen = {s: unit_of(fs, str(dirs[s])) for s in sources}
     if len(set(seen.values())) > 1:
         listed = ", ".join(f"--{s} per {u}" for s, u in seen.items())
         raise InputDataError(
             f"the outputs state their ε in different privacy units ({listed}): their ε are not one scale; rerun "
-            "them with the same --privacy-unit and --allocation (privacy-stats measures per token)"
+            "them with the same --privacy-unit and --allocation"
         )
 
 
@@ -131,6 +131,9 @@ def _nw_sw(fs: Files, stats_dir: str, bounds: Bounds, min_sw: float | None) -> t
         )
         if t
     )
+    unit = unit_of(fs, stats_dir)
+    if unit != "token":  # the tables' ε are budgets: say so where the bounds are stated
+        text += f"; ε is each {unit.split(',')[0]}'s budget E ({unit}), measured at the median one's per-token share"
     return calibrate_table(table, bounds), text
 
 

@@ -163,8 +163,11 @@ class LocalBackend:
     def token_counts(self, data: pa.Table, column: str) -> dict[str, int]:
         return dict(count_tokens(data.column(column)))
 
-    def length_counts(self, data: pa.Table, column: str) -> dict[int, int]:
-        return length_counts(data.column(column).combine_chunks())
+    def length_counts(self, data: pa.Table, columns: list[str]) -> dict[int, int]:
+        return length_counts(data, columns)
+
+    def corpus(self, path: str, columns: list[str]) -> pa.Table:
+        return read_local(path, columns)
 
     def classifier(self, name: str, n_classes: int) -> LocalClassifier:
         return LocalClassifier(name, n_classes)
@@ -239,7 +242,7 @@ class LocalBackend:
         return doc_exposures_of([rows], settings)
 
     def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:
-        table = read_local(path, columns)
+        table = self.corpus(path, columns)
         counts: Counter[str] = Counter()
         for col in columns:
             counts.update(count_tokens(table.column(col)))

@@ -495,7 +495,7 @@ def assess(backend: Backend, config: RiskConfig, df: Data, local: Path, started:
     specs = config.settings()
     # Under a unit the grid's ε are budgets E: each setting is measured at the per-token ε its budget gives the
     # median row (the privacy figures are per token), and its rows name both.
-    unit = unit_grid(backend, config, [df], config.text_column)
+    unit = unit_grid(backend, config, [df], (config.text_column,))
     grid = prepare_grid(config, [token_spec(unit, spec) for spec in specs], local)
     vocab_rows = grid.vocab_rows
     shipment = backend.ship(lambda d: grid.write_bundle(d, config.embeddings_dir))

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dpspark import units
-from dpspark.config import CorpusGridSettings, EvaluateUtilityConfig, PerturbConfig
+from dpspark.config import EvaluateUtilityConfig, PerturbConfig, UnitGridSettings
 from dpspark.device import DEVICE_SEARCH
 from dpspark.embeddings import Embeddings
 from dpspark.mechanisms import MechanismSpec
@@ -38,18 +38,20 @@ def perturb_config(config: EvaluateUtilityConfig, spec: MechanismSpec) -> Pertur
     return PerturbConfig.parse(values)
 
 
-def unit_grid(backend: Any, config: CorpusGridSettings, halves: list[Any], column: str = TEXT) -> dict[str, Any]:
+def unit_grid(
+    backend: Any, config: UnitGridSettings, halves: list[Any], columns: tuple[str, ...] = (TEXT,)
+) -> dict[str, Any]:
     """A measuring command's privacy unit in its manifest: the unit and its adjacency and, under a unit other
     than the token, the allocation, the grid's budgets, the units' shape over ``halves`` (the rows of the text
-    ``column``, one unit each: the labelled halves, or privacy-risk's corpus) and the per-token ε each budget gives
-    on this data (min, the median unit's, max)."""
+    ``columns``, one unit each: the labelled halves, privacy-risk's corpus or privacy-stats') and the per-token ε
+    each budget gives on this data (min, the median unit's, max)."""
     unit = units.PrivacyUnit.parse(config.privacy_unit)
     out: dict[str, Any] = {"privacy_unit": unit.fields(), "adjacency": unit.adjacency()}
     if unit.is_token:
         return out
     lengths: Counter[int] = Counter()
     for half in halves:
-        lengths.update(backend.length_counts(half, column))
+        lengths.update(backend.length_counts(half, list(columns)))
     alloc = config.allocation_of
     shape = units.shape_of(dict(lengths), alloc)
     counts = [units.shape_counts(sum(lengths.values()), shape, e, alloc) for e in config.grid_epsilons()]

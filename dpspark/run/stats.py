@@ -27,7 +27,7 @@ from dpspark.mechanisms import grid_facts
 from dpspark.prepare import Grid, prepare_grid
 from dpspark.rng import new_job_key
 from dpspark.run.backend import Backend
-from dpspark.run.settings import mechanism_fields
+from dpspark.run.settings import mechanism_fields, token_spec, unit_grid, unit_line
 from dpspark.scratch import scratch_dir
 from dpspark.stats import exact_nw_sw, plan, rows_of_words, sample_words
 from dpspark.wordfiles import read_word_list
@@ -99,7 +99,12 @@ def measure(backend: Backend, config: StatsConfig, local: Path, started: float) 
     shipment = None
     try:
         t0 = time.perf_counter()
-        specs = config.settings()
+        budgets = config.settings()
+        # Under a document unit the grid's ε are budgets E: each setting is measured at the per-token ε its budget
+        # gives the median document of the corpus (Nw and Sw are per token), and its rows name both.
+        documents = [] if config.privacy_unit == "token" else [backend.corpus(str(config.corpus), list(config.columns))]
+        unit = unit_grid(backend, config, documents, tuple(config.columns))
+        specs = [token_spec(unit, spec) for spec in budgets]
         grid = prepare_grid(config, specs, work)
         emb, vocab_rows = grid.embeddings, grid.vocab_rows
         word_rows, rule = choose_words(config, emb, vocab_rows, backend)
@@ -117,8 +122,21 @@ def measure(backend: Backend, config: StatsConfig, local: Path, started: float) 
         exact = exact_statistics(grid, word_rows, config.runs)
         exact_s = time.perf_counter() - t0
         table = per_word_table(specs, result, emb.words, exact, word_rows)
+        if "unit_counts" in unit:  # ε: each setting's budget E; token_epsilon: the per-token ε it was measured at
+            token = table.column("epsilon")
+            budget = pa.array([budgets[k[0]].epsilon for k in sorted(result)], pa.float64())
+            at = table.schema.get_field_index("epsilon")
+            table = table.set_column(at, "epsilon", budget).add_column(at + 1, "token_epsilon", token)
         pq.write_table(table, local / "per_word.parquet")
         summary = report.write_summary(table, local)
+        line = unit_line(unit)
+        if line:  # under a unit: what the tables' ε is, and the per-token ε each setting was measured at
+            with open(local / "summary.md", "a", encoding="utf-8") as f:
+                f.write(
+                    f"{line} Each setting is measured at the per-token ε its budget gives the median "
+                    f"{unit['privacy_unit']['kind']} (per_word.parquet's token_epsilon): shorter ones get more, "
+                    "longer ones less.\n"
+                )
         plots = report.write_plots(table, local, len(vocab_rows), emb.name)
         manifest = {
             "dpspark_version": dpspark.__version__,
@@ -126,6 +144,7 @@ def measure(backend: Backend, config: StatsConfig, local: Path, started: float) 
             "run_id": run_id,
             "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
             "epsilons": config.grid_epsilons(),
+            **unit,  # the privacy unit; under a document unit the grid's ε are its budgets E
             **grid_facts(specs, grid.space),  # each family's facts of the grid (the noise family's λ grid)
             "mechanisms": list(dict.fromkeys(spec.name for spec in specs)),
             "settings": grid.facts(),

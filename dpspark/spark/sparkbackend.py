@@ -191,17 +191,18 @@ class SparkBackend:
         with io.SqlConf(self.spark, shuffle_settings(self.spark)):
             return token_counts(data, column)
 
-    def length_counts(self, data: DataFrame, column: str) -> dict[int, int]:
-        """Tokens in a row → rows, counted per Arrow batch on the executors; only the counts reach the driver."""
+    def length_counts(self, data: DataFrame, columns: list[str]) -> dict[int, int]:
+        """Tokens in a row (over ``columns`` together) → rows, counted per Arrow batch on the executors; only the
+        counts reach the driver."""
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for b in batches:
-                counted = length_counts(b.column(0))
+                counted = length_counts(b, b.schema.names)
                 yield pa.RecordBatch.from_pydict({"n": list(counted), "rows": list(counted.values())})
 
         fields = [T.StructField("n", T.LongType()), T.StructField("rows", T.LongType())]
         total: dict[int, int] = {}
-        for r in map_in_arrow(data.select(quote(column)), run, fields).collect():
+        for r in map_in_arrow(data.select(*map(quote, columns)), run, fields).collect():
             total[int(r["n"])] = total.get(int(r["n"]), 0) + int(r["rows"])
         return total
 
@@ -230,10 +231,13 @@ class SparkBackend:
     def nw_sw(self, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
         return backend.spark_per_word(self.spark, items, job_key, bundle)
 
-    def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:
+    def corpus(self, path: str, columns: list[str]) -> DataFrame:
         df = io.read_input(self.spark, FileSystem(self.spark), path, None)
         check_columns(df, PerturbConfig(columns=columns, epsilon=1.0))
-        return vocabulary_from_corpus(df, columns, size, in_vocabulary)
+        return df.select(*map(quote, columns))
+
+    def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:
+        return vocabulary_from_corpus(self.corpus(path, columns), columns, size, in_vocabulary)
 
     def ship_arrays(self, arrays: dict[str, np.ndarray]) -> str:
         return backend.ship_arrays(self.spark, arrays)

@@ -35,7 +35,7 @@ from dpspark.text import (
     COUNT_NAMES,
     count_tokens,
     decode_strings,
-    split_array,
+    row_tokens,
     tokenize,
 )
 from dpspark.unit_table import Cursor, UnitTable, id_hashes, id_key, task_counts
@@ -118,11 +118,6 @@ def unit_aggregates(run_id: str, allocation: Allocation) -> list[Column]:
     if allocation.kind == "cap":
         out.append(F.sum(F.greatest(tokens - F.lit(allocation.cap), F.lit(0))).alias(f"{SHAPE}over_cap"))
     return out
-
-
-def row_tokens(batch: pa.RecordBatch, columns: list[str]) -> np.ndarray:
-    """Each row's tokens over ``columns`` together (``split_array``'s lengths: what a unit's allocation counts)."""
-    return sum((split_array(batch.column(c)).lengths for c in columns), np.zeros(batch.num_rows, np.int64))
 
 
 def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, int]:

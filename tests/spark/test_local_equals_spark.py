@@ -47,12 +47,26 @@ def run_both(tmp_path, argv: list[str]) -> dict[str, dict]:
 
 
 @pytest.mark.runtime
-def test_privacy_stats_is_the_same_on_both_engines(spark, tmp_path):
-    argv = ["privacy-stats", "--mechanisms", "laplace,custext", "--epsilons", "5", "--runs", "12", "--words", "30"]
-    run_both(tmp_path, [*argv, "--vocab-size", "2000"])
+@pytest.mark.parametrize("unit", ["token", "document"])
+def test_privacy_stats_is_the_same_on_both_engines(spark, tmp_path, unit):
+    """Per token on 30 sampled words; per document on a corpus's words, its rows' shape over two columns (one
+    null) counted where the rows are."""
+    argv = ["privacy-stats", "--mechanisms", "laplace,custext", "--runs", "12", "--words", "30"]
+    if unit == "token":
+        argv += ["--epsilons", "5"]
+    else:
+        corpus = tmp_path / "corpus.parquet"
+        pq.write_table(pa.table({"text": TEXTS, "title": ["london", None, "the river", "", "city"]}), corpus)
+        argv += ["--corpus", str(corpus), "--columns", "text,title", "--privacy-unit", "document"]
+        argv += ["--unit-budgets", "40"]
+    manifests = run_both(tmp_path, [*argv, "--vocab-size", "2000"])
     a, b = (pq.read_table(tmp_path / e / "per_word.parquet") for e in ("spark", "local"))
-    assert a.num_rows == 60 and a.schema == b.schema
+    assert a.num_rows == 2 * (30 if unit == "token" else manifests["local"]["words"]) and a.schema == b.schema
     assert same(a.to_pylist(), b.to_pylist())
+    if unit == "document":  # rows of 10 + 1, 7 + 0, 7 + 2, 9 + 0 and 0 + 1 tokens: measured at 40/9
+        assert manifests["spark"]["unit_counts"] == manifests["local"]["unit_counts"]
+        assert manifests["spark"]["unit_counts"]["tokens_per_unit"] == {"min": 1, "median": 9, "max": 11}
+        assert set(a.column("token_epsilon").to_pylist()) == {40 / 9} and a.num_rows > 2 * 15
     # calibrate beside each engine's statistics, on that engine: the same calibration
     for engine in ("spark", "local"):
         argv = ["calibrate", "--stats", str(tmp_path / engine), "--max-nw-fraction", "0.5", "--min-sw", "3"]

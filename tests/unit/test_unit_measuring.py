@@ -1,9 +1,10 @@
-"""Privacy units in the measuring commands (issue 41, step 5): ``evaluate-utility``, ``compare`` and
-``privacy-risk`` with ``--privacy-unit document --unit-budgets E,...`` on the local engine (Spark's figures equal
-these: tests/spark/test_local_equals_spark.py). The grid's ε is each document's budget E; the perturbed copies are
-unit releases (each row's tokens share E); the manifest states the unit, the units' shape and the per-token ε each
-E gives on the data; compare and privacy-risk measure their per-token privacy figures at the median document's ε,
-and calibrate judges only outputs of one unit together. And the refusals."""
+"""Privacy units in the measuring commands (issue 41, step 5): ``evaluate-utility``, ``compare``,
+``privacy-risk`` and ``privacy-stats`` with ``--privacy-unit document --unit-budgets E,...`` on the local engine
+(Spark's figures equal these: tests/spark/test_local_equals_spark.py). The grid's ε is each document's budget E;
+the perturbed copies are unit releases (each row's tokens share E); the manifest states the unit, the units' shape
+and the per-token ε each E gives on the data; compare, privacy-risk and privacy-stats measure their per-token
+privacy figures at the median document's ε, and calibrate judges only outputs of one unit together. And the
+refusals."""
 
 from __future__ import annotations
 
@@ -173,10 +174,51 @@ def test_calibrate_judges_outputs_of_one_unit_only(sms, tmp_path, capsys):
     assert best["setting"] == "laplace" and best["epsilon"] == 20.0  # the most private budget meets both bounds
 
 
-@pytest.mark.parametrize("command", ["evaluate-utility", "compare", "privacy-risk"])
+def test_privacy_stats_per_document_is_the_token_run_at_the_median_documents_epsilon(tmp_path, capsys):
+    """Nw/Sw under a document unit of a two-column corpus (a row's tokens over both columns are its unit): the
+    per_word table holds E in ``epsilon`` and the median document's E/n in ``token_epsilon``, and its Nw and Sw
+    are, word for word, those of a token run at that ε for the same seed; calibrate reads its ε as budgets and
+    refuses to judge it beside a utility grid per token."""
+    corpus = tmp_path / "corpus.parquet"
+    texts = [" ".join(["the river runs"] * (1 + i % 7)) for i in range(40)]
+    titles = [None if i % 5 == 0 else "a london bridge" for i in range(40)]
+    pq.write_table(pa.table({"text": texts, "title": titles}), corpus)
+    n = sorted(len(tokenize(a)[0]) + (len(tokenize(b)[0]) if b else 0) for a, b in zip(texts, titles))
+    median = n[(len(n) - 1) // 2]
+    common = ["privacy-stats", "--engine", "local", "--corpus", str(corpus), "--columns", "text,title"]
+    common += ["--mechanisms", "laplace,tem", "--runs", "6", "--words", "5", "--vocab-size", "2000", "--seed", "4"]
+    doc = ["--privacy-unit", "document", "--unit-budgets", "40,200", "--quiet"]
+    assert main([*common, *doc, "--output", str(tmp_path / "unit")]) == 0
+    shares = ",".join(repr(e / median) for e in (40.0, 200.0))
+    assert main([*common, "--epsilons", shares, "--quiet", "--output", str(tmp_path / "token")]) == 0
+    unit, token = (pq.read_table(tmp_path / d / "per_word.parquet") for d in ("unit", "token"))
+    assert sorted(set(unit.column("epsilon").to_pylist())) == [40.0, 200.0]
+    assert unit.column("token_epsilon").to_pylist() == token.column("epsilon").to_pylist()
+    assert unit.drop(["epsilon", "token_epsilon"]).equals(token.drop(["epsilon"]))
+    assert unit.num_rows == 2 * 2 * 5 and sum(unit.column("nw").to_pylist()) > 0  # the words do survive at times
+    m = json.loads((tmp_path / "unit" / "_dpspark_manifest.json").read_text())
+    assert m["unit_budgets"] == m["epsilons"] == [40.0, 200.0] and m["unit_counts"]["units"] == 40
+    assert m["unit_counts"]["tokens_per_unit"] == {"min": n[0], "median": median, "max": n[-1]}
+    assert "per_word.parquet's token_epsilon" in (tmp_path / "unit" / "summary.md").read_text(encoding="utf-8")
+    calibrate = ["calibrate", "--engine", "local", "--stats", str(tmp_path / "unit"), "--max-nw-fraction", "1"]
+    assert main([*calibrate, "--quiet"]) == 0
+    text = (tmp_path / "unit" / "calibration.md").read_text(encoding="utf-8")
+    assert "ε is each document's budget E (document, scale)" in text
+    capsys.readouterr()
+    refused(
+        capsys, tmp_path, ["privacy-stats", "--engine", "local", *doc, "--output", str(tmp_path / "no_corpus")],
+        ConfigError.exit_code, "give the documents (--corpus PARQUET --columns COL",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["evaluate-utility", "compare", "privacy-risk", "privacy-stats"])
 def test_a_unit_grid_refuses_what_it_cannot_measure(sms, tmp_path, capsys, command):
-    base = [command, "--engine", "local", "--input", sms, "--text-column", "text"]
-    base += ["--output", str(tmp_path / "out")] + ([] if command == "privacy-risk" else ["--label-column", "label"])
+    base = [command, "--engine", "local", "--output", str(tmp_path / "out")]
+    if command == "privacy-stats":
+        base += ["--corpus", sms, "--columns", "text"]
+    else:
+        base += ["--input", sms, "--text-column", "text"]
+        base += [] if command == "privacy-risk" else ["--label-column", "label"]
     doc = ["--privacy-unit", "document"]
     cases = [
         ([*doc, "--unit-budgets", "20", "--epsilons", "5"], "in place of --epsilons"),
