@@ -411,15 +411,24 @@ def token_or_document(value: Any, why_not_column: str) -> str:
     return unit.label()
 
 
-def check_unit_mechanism(name: str, budget: float) -> None:
-    """The mechanisms a privacy unit other than the token cannot take, refused in one sentence."""
+def check_unit_mechanism(name: str, budget: float, release: units.PrivacyUnit | None = None) -> None:
+    """The mechanisms a privacy unit other than the token cannot take, refused in one sentence. ``release``: the
+    unit of a release (perturb), where a text-level mechanism's draws share a document unit's budget as tokens
+    do; without it (the measuring commands, which measure per token) a text-level mechanism is refused."""
     kind = mechanisms.REGISTRY[name].guarantee_type
     if kind == "none":
         units.unit_bound(kind, budget, None)  # its one sentence
-    if mechanisms.REGISTRY[name].text_level:
+    if not mechanisms.REGISTRY[name].text_level:
+        return
+    if release is None:
         raise ValueError(
-            f"{name} draws whole documents, which a privacy unit does not spread yet: use the token unit, or another "
-            "mechanism"
+            f"{name} draws whole documents, which the measuring commands do not measure under a privacy unit yet: "
+            "use the token unit, or another mechanism (perturb releases it per document)"
+        )
+    if release.kind == "column":
+        raise ValueError(
+            f"{name} draws whole documents: under --privacy-unit {release.label()} a person's draws would have to be "
+            "counted over their rows, which the count pass does not do yet: use --privacy-unit document"
         )
 
 
@@ -519,7 +528,16 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
             )
         if self.unit_budget is None:
             raise ValueError(f"a {self.privacy_unit} unit needs its budget: give --unit-budget E (e.g. 60)")
-        check_unit_mechanism(self.mechanism, self.unit_budget)
+        check_unit_mechanism(self.mechanism, self.unit_budget, self.unit)
+        if (
+            mechanisms.REGISTRY[self.mechanism].text_level
+            and self.allocation_of.kind == "cap"
+            and self.over_cap == "refuse"
+        ):
+            raise ValueError(
+                f"{self.mechanism}'s draws per document follow the vocabulary, which the count before the release "
+                "does not see: use --over-cap placeholder (the draws after the K-th are the placeholder)"
+            )
         if self.unit.column in self.columns:
             raise ValueError(
                 f"the unit column {self.unit.column!r} is also a text column to perturb: a unit's id must stay as it "

@@ -175,6 +175,20 @@ class Split:
     lengths: np.ndarray
 
 
+@dataclass(frozen=True)
+class Documents:
+    """A text-level mechanism's rows of one array (``TextPerturber.documents``): the decoded texts, the
+    in-vocabulary rows of their tokens (row by row), how many each row has and where they start, each row's
+    number of draws, and the array's type."""
+
+    texts: list[str | None]
+    sources: np.ndarray
+    have: np.ndarray
+    start: np.ndarray
+    draws: np.ndarray
+    type: pa.DataType
+
+
 def split_array(array: pa.Array) -> Split:
     """One string array tokenized: its tokens per row (``Split.lengths``: a null 0, a value that is not valid
     UTF-8 one), which a privacy unit's allocation counts before the draws."""
@@ -245,12 +259,19 @@ class TextPerturber:
         or with ``within`` a part of one (a ``column:`` unit: ``within(tokens per row)`` gives each row's unit
         total and the unit's tokens before it, ``dpspark.unit_table.Cursor``). The unit's tokens share
         ``unit_budget`` by ``allocation`` (``dpspark.units.allocate_rows``: row by row, a row's columns in
-        order). Returns ``perturb_array``'s (array, per-row counts) per column."""
+        order); a text-level mechanism's (SynTF's) draws stand for its tokens (``documents``). Returns
+        ``perturb``'s (array, extra columns, per-row counts) per column."""
         if self.unit_budget is None:
             raise ValueError("perturb_units needs a unit budget (unit_budget=E)")
+        if self.text_level:  # a document's draws are its tokens here: they share E as tokens do
+            plans = [self.documents(a) for a in arrays]
+            allocated = units.allocate_rows([d.draws for d in plans], self.unit_budget, self.allocation, within)
+            return [self._documents_out(d, rng, a) for d, a in zip(plans, allocated)]
         splits = [self.split(a) for a in arrays]
         allocated = units.allocate_rows([s.lengths for s in splits], self.unit_budget, self.allocation, within)
-        return [self.perturb_array(s, rng, a) for s, a in zip(splits, allocated)]
+        return [
+            (out, {}, per_row) for out, per_row in (self.perturb_array(s, rng, a) for s, a in zip(splits, allocated))
+        ]
 
     def split(self, array: pa.Array) -> Split:
         """``split_array``: ``perturb_array``'s first step."""
@@ -335,9 +356,7 @@ class TextPerturber:
         (``extra_columns``: a text-level mechanism's counts of the drawn words, SynTF's ``tf``) and the
         per-row counts (``COUNT_NAMES``)."""
         if self.text_level:
-            out, counts, per_row = self.perturb_documents(array, rng)
-            (suffix,) = self.mechanism.spec.extra_columns  # the one extra column: the drawn words' counts
-            return out, {suffix: counts}, per_row
+            return self._documents_out(self.documents(array), rng)
         out, per_row = self.perturb_array(array, rng)
         return out, {}, per_row
 
@@ -359,7 +378,7 @@ class TextPerturber:
         at = [names.index(col) for col in columns]
         originals = [arrays[i] for i in at]
         if self.unit_budget is not None:
-            done = [(array, {}, per_row) for array, per_row in self.perturb_units(originals, rng, within)]
+            done = self.perturb_units(originals, rng, within)
         else:
             done = [self.perturb(array, rng) for array in originals]
         totals = np.zeros((batch.num_rows, len(COUNT_NAMES)), np.int64)
@@ -377,30 +396,61 @@ class TextPerturber:
             arrays += originals
         return names, arrays, totals
 
-    def perturb_documents(self, array: pa.Array, rng: np.random.Generator) -> tuple[pa.Array, pa.Array, np.ndarray]:
-        """SynTF's synthetic document of each row: n words, each the mechanism's draw from a word taken
-        uniformly from the row's in-vocabulary tokens (its term frequencies), n = the spec's ``draws`` or
-        the number of those tokens. Out-of-vocabulary tokens are left out (no policy applies).
+    def _documents_out(
+        self, documents: Documents, rng: np.random.Generator, allocated: Allocated | None = None
+    ) -> tuple[pa.Array, dict[str, pa.Array], np.ndarray]:
+        """``perturb_documents`` as ``perturb`` returns it: the drawn words' counts under the spec's one extra
+        column's suffix (SynTF's ``tf``)."""
+        out, counts, per_row = self.perturb_documents(documents, rng, allocated)
+        (suffix,) = self.mechanism.spec.extra_columns  # the one extra column: the drawn words' counts
+        return out, {suffix: counts}, per_row
 
-        Returns (the drawn words in sorted order joined by single spaces, of ``array``'s type; their
-        counts as map<string, int32> (keys sorted); per-row counts as ``perturb_array``). Nulls stay
-        null; a row without in-vocabulary tokens (and no fixed ``draws``) gives "" and an empty map.
-        """
+    def documents(self, array: pa.Array) -> Documents:
+        """``perturb_documents``' first step: each row's in-vocabulary tokens and its number of draws n (the
+        spec's ``draws``, or the number of those tokens; 0 for a null row or one without them)."""
         texts, invalid = decode_strings(array)
         token_lists = [[] if t is None or bad else tokenize(t)[0] for t, bad in zip(texts, invalid)]
         lengths = np.array([len(t) for t in token_lists], dtype=np.int64)
         rows = self.words.rows(list(chain.from_iterable(token_lists)))
         known = rows >= 0
         row_of = np.repeat(np.arange(len(texts)), lengths)[known]
-        sources = rows[known]
         have = np.bincount(row_of, minlength=len(texts))
-        start = np.concatenate([[0], np.cumsum(have)[:-1]])
+        start = np.concatenate([[0], np.cumsum(have)[:-1]]).astype(np.int64)
         fixed = self.mechanism.spec.draws
-        n = np.where(have > 0, fixed if fixed is not None else have, 0)
+        n = np.where(have > 0, fixed if fixed is not None else have, 0).astype(np.int64)
         n[[t is None for t in texts]] = 0
+        return Documents(texts, rows[known], have, start, n, array.type)
+
+    def perturb_documents(
+        self, array: pa.Array | Documents, rng: np.random.Generator, allocated: Allocated | None = None
+    ) -> tuple[pa.Array, pa.Array, np.ndarray]:
+        """SynTF's synthetic document of each row: n words, each the mechanism's draw from a word taken
+        uniformly from the row's in-vocabulary tokens (its term frequencies), n = the spec's ``draws`` or
+        the number of those tokens (``documents``). Out-of-vocabulary tokens are left out (no policy applies).
+
+        ``allocated``: a privacy unit's allocation of the array's draws, in order (``dpspark.units``, as
+        ``perturb_array`` takes one for tokens): draw i is made at its own εᵢ, and a draw over the unit's cap is
+        released as the placeholder (``oov_token``). None: every draw at the mechanism's ε.
+
+        Returns (the drawn words in sorted order joined by single spaces, of ``array``'s type; their
+        counts as map<string, int32> (keys sorted); per-row counts as ``perturb_array``: under an allocation
+        ``placeholders`` counts the draws over the cap). Nulls stay null; a row without in-vocabulary tokens
+        (and no fixed ``draws``) gives "" and an empty map.
+        """
+        d = array if isinstance(array, Documents) else self.documents(array)
+        texts, n = d.texts, d.draws
         which = np.repeat(np.arange(len(texts)), n)
-        picked = start[which] + np.floor(rng.random(len(which)) * have[which]).astype(np.int64)
-        drawn = self.vocab_words[self.mechanism.perturb_rows(sources[picked], rng)]
+        picked = d.start[which] + np.floor(rng.random(len(which)) * d.have[which]).astype(np.int64)
+        if allocated is None:
+            drawn = self.vocab_words[self.mechanism.perturb_rows(d.sources[picked], rng)]
+        else:
+            if allocated.drawn.shape != (len(which),):
+                raise ValueError(f"an allocation of {allocated.drawn.size} draws for documents of {len(which)}")
+            made = allocated.drawn
+            drawn = np.full(len(which), self.oov_token, dtype=object)
+            drawn[made] = self.vocab_words[
+                self.mechanism.sample_at(d.sources[picked][made], allocated.epsilons[made], rng)
+            ]
         result: list[str | None] = []
         maps: list[list[tuple[str, int]] | None] = []
         per_row = np.zeros((len(texts), len(COUNT_NAMES)), dtype=np.int64)
@@ -416,8 +466,10 @@ class TextPerturber:
             keys, counts = np.unique(np.array(words, dtype=object), return_counts=True) if words else ([], [])
             maps.append([(str(k), int(c)) for k, c in zip(keys, counts)])
             per_row[r, 0] = len(words)
+            if allocated is not None:
+                per_row[r, 1] = words.count(self.oov_token)
         tf = pa.array(maps, type=pa.map_(pa.string(), pa.int32()))
-        return strings(result, array.type), tf, per_row
+        return strings(result, d.type), tf, per_row
 
     def perturb_texts(self, texts: list[str | None], rng: np.random.Generator) -> list[str | None]:
         """Convenience for plain Python lists (tests, notebooks, a report's examples); under a privacy unit each

@@ -309,10 +309,11 @@ class PerturbJob:
         if c.keep_original:  # NOT PRIVATE stays the guarantee's first words
             return out
         who = unit.kind if unit.kind != "column" else f"{unit.column} value"
+        item = "draw of a synthetic document" if spec.text_level else "token"
         out["guarantee"] = (
             f"Per {who}: replacing one {who}'s text by another of the same shape (the same rows, tokens "
             f"per row and placeholder positions) changes the probability of any output by at most a factor "
-            f"exp({bound['bound']:.6g}) ({bound['how']}). Each token is drawn by {spec.name} at its share of the "
+            f"exp({bound['bound']:.6g}) ({bound['how']}). Each {item} is drawn by {spec.name} at its share of the "
             f"unit budget {budget:g} ({alloc.label()}: {units.ALLOCATION_TEXT[alloc.kind]}). The mechanism's "
             f"statement per token, at the largest share a token can get: {fields['guarantee']}"
         )

@@ -15,6 +15,7 @@ import pytest
 from dpspark.cli import main
 from dpspark.embeddings import load_default, select_vocabulary
 from dpspark.errors import ConfigError
+from dpspark.text import tokenize
 
 pytestmark = pytest.mark.spark
 
@@ -127,3 +128,27 @@ def test_keep_original_stays_not_private_under_a_unit(spark, tmp_path):
     """A unit's guarantee sentence never covers an output that carries the raw text: NOT PRIVATE stays first."""
     out, m = release(tmp_path, "kept", "--unit-budget", "30", "--keep-original")
     assert m["guarantee"].startswith("NONE: THIS OUTPUT IS NOT PRIVATE") and m["unit_bound"]["bound"] > 0
+
+
+def test_syntf_per_document_draws_share_the_budget_under_a_cap(spark, tmp_path):
+    """SynTF under a document unit, through the release: a row's draws (one per in-vocabulary token of its text
+    and of its title) share E; under ``cap:10`` the draws after a row's 10th are the placeholder, in the text and
+    its counts map; the manifest's bound is E (guarantee type document) and its shape counts draws."""
+    flags = ["--mechanism", "syntf", "--unit-budget", "200", "--allocation", "cap:10", "--vocab-size", "2000"]
+    out, m = release(tmp_path, "syntf", *flags)
+    assert m["unit_bound"] == {**m["unit_bound"], "type": "document", "bound": 200.0, "diameter": None}
+    assert m["guarantee"].startswith("Per document") and "Each draw of a synthetic document" in m["guarantee"]
+    assert m["unit_counts"]["token_epsilon"] == {"min": 20.0, "median_unit": 20.0, "max": 20.0}
+    words = load_default().word_rows  # a draw's source is any token with a vector (not only W's words)
+    source = {r["id"]: r for r in pq.read_table(SAMPLE).to_pylist()}
+    over = 0
+    for row in pq.read_table(out).to_pylist():
+        raw = source[row["id"]]
+        draws = [int((words.rows(tokenize(raw[c] or "")[0]) >= 0).sum()) for c in ("text", "title")]
+        drawn = [(row[c] or "").split() for c in ("text", "title")]
+        assert [len(d) for d in drawn] == [n if raw[c] is not None else 0 for n, c in zip(draws, ("text", "title"))]
+        flat = drawn[0] + drawn[1]
+        assert flat.count("[UNK]") == max(0, len(flat) - 10), (raw, row)
+        assert sum(dict(row["text_tf"] or []).values()) == len(drawn[0])
+        over += max(0, len(flat) - 10)
+    assert m["counts"]["placeholders"] == over == m["unit_counts"]["tokens_over_cap"] > 0

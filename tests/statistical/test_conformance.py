@@ -1187,3 +1187,56 @@ def test_unit_cap_releases_the_tokens_after_the_kth_as_the_placeholder(name, bui
         assert all(t != perturber.oov_token for t in tokens[:UNIT_CAP]), text
         assert tokens[UNIT_CAP:] == [perturber.oov_token] * max(0, n - UNIT_CAP), text
         assert c[1] == max(0, n - UNIT_CAP)
+
+
+@pytest.mark.slow
+def test_a_documents_draws_share_its_budget(build, glove):
+    """SynTF per document (``TextPerturber.perturb_units``): a document's draws stand for its tokens. One batch of
+    one-word documents of 5, 20 and 80 in-vocabulary tokens (each a word repeated, so every draw comes from it)
+    under ``scale`` at one E: each length's drawn words pass the χ² against the word draw's closed form at E/n,
+    with power against E/n × WRONG and against the units of 20's ε for the units of 5. Under ``cap:10`` exactly
+    the draws after the 10th are the placeholder, in the text, its counts map and the per-row counts."""
+    budget = _unit_budget("syntf")
+    mechanism = build("syntf", CASES["syntf"].epsilons[0])
+    texts, lengths, sources = [], [], []
+    for n in UNIT_LENGTHS:
+        for i in range(UNIT_TOKENS // n):
+            texts.append(" ".join([UNIT_WORDS[i % 2]] * n))
+            lengths.append(n)
+            sources.append(i % 2)
+    order = np.random.default_rng(SEED + 9).permutation(len(texts))
+    texts = [texts[i] for i in order]
+    lengths, sources = np.asarray(lengths)[order], np.asarray(sources)[order]
+    perturber = TextPerturber(mechanism, glove.word_rows, unit_budget=budget)
+    ((out, extra, counts),) = perturber.perturb_units([pa.array(texts)], rng_for("unit-documents"))
+    assert list(extra) == ["tf"] and counts[:, 0].tolist() == lengths.tolist() and not counts[:, 1].any()
+    drawn = [glove.word_rows.rows(t.split()) for t in out.to_pylist()]
+    words = rows_of(glove, UNIT_WORDS)
+    position = {int(r): j for j, r in enumerate(mechanism.vocab_rows)}
+    wrong_stats, swapped = [], []
+    for n in UNIT_LENGTHS:
+        counts_n = np.zeros((len(words), VOCABULARY), dtype=np.int64)
+        for rows, length, source in zip(drawn, lengths, sources):
+            if length == n:
+                counts_n[source] += np.bincount([position[int(r)] for r in rows], minlength=VOCABULARY)
+        label = f"syntf E={budget:g} documents of {n} (ε = {budget / n:g} per draw)"
+        figures = check_chi2(counts_n, build("syntf", budget / n).distribution(words), label)
+        wrong = build("syntf", WRONG * budget / n).distribution(words)
+        wrong_stats += [pooled_chisquare(c, p) for c, p in zip(counts_n, wrong)]
+        if n == UNIT_LENGTHS[0]:
+            other = build("syntf", budget / UNIT_LENGTHS[1]).distribution(words)
+            swapped = [pooled_chisquare(c, p) for c, p in zip(counts_n, other)]
+        print(f"\n{label}: χ² p = {np.round(figures['p'], 4).tolist()} bins {figures['bins']}")
+    power = _chi2_sf(sum(s for s, _ in wrong_stats), sum(k for _, k in wrong_stats))
+    swap = _chi2_sf(sum(s for s, _ in swapped), sum(k for _, k in swapped))
+    assert power < POWER_ALPHA, f"syntf documents: no power against E/n × {WRONG}: p = {power:.3g}"
+    assert swap < POWER_ALPHA, f"syntf documents of 5 are not told from those of 20: p = {swap:.3g}"
+
+    capped = TextPerturber(mechanism, glove.word_rows, unit_budget=budget, allocation=units.Allocation.parse("cap:10"))
+    few = [" ".join([UNIT_WORDS[0]] * n) for n in UNIT_LENGTHS]
+    ((out, extra, counts),) = capped.perturb_units([pa.array(few)], rng_for("unit-documents-cap"))
+    for text, tf, n, c in zip(out.to_pylist(), extra["tf"].to_pylist(), UNIT_LENGTHS, counts):
+        over = max(0, n - UNIT_CAP)
+        tokens = text.split()
+        assert len(tokens) == n and tokens.count(capped.oov_token) == over and c.tolist() == [n, over], text
+        assert dict(tf).get(capped.oov_token, 0) == over

@@ -39,7 +39,15 @@ CASES = [
         ["the unit column 'text' is also a text column to perturb", "leave this one out of --columns"],
     ),
     (["--privacy-unit", "document", "--unit-budget", "6", "--oov", "drop"], ["use unk or random"]),
-    (["--privacy-unit", "document", "--unit-budget", "60", "--mechanism", "syntf"], ["syntf draws whole documents"]),
+    (
+        ["--privacy-unit", "column:user", "--unit-budget", "60", "--mechanism", "syntf"],
+        ["syntf draws whole documents", "use --privacy-unit document"],
+    ),
+    (
+        ["--privacy-unit", "document", "--unit-budget", "60", "--mechanism", "syntf", "--allocation", "cap:5"]
+        + ["--over-cap", "refuse"],
+        ["draws per document follow the vocabulary", "--over-cap placeholder"],
+    ),
 ]
 
 
