@@ -77,3 +77,32 @@ def test_draws_must_be_a_positive_whole_number():
             parse({"name": "syntf", "epsilon": 1.0, "draws": bad})
     spec = parse({"name": "syntf", "epsilon": 1.0})
     assert spec.guarantee_type == "document" and spec.outside()
+
+
+def test_a_document_unit_spreads_its_budget_over_the_rows_draws(glove, space):
+    """Under a document unit (``perturb_batch`` with a unit budget), a row's draws over its text columns stand for
+    its tokens: scale gives each draw E/n (n the row's draws over both columns), drawn as ``perturb_documents``
+    draws at that ε; cap:3 makes the draws after a row's 3rd the placeholder, in the text, ``COL_tf`` and the
+    per-row counts; the extra column is there either way."""
+    from dpspark import units
+
+    mech = parse({"name": "syntf", "epsilon": 30.0}).build(space)
+    batch = pa.record_batch(
+        [pa.array(["paris is lovely", None, "the cat"]), pa.array(["london", "rain", None])], ["a", "b"]
+    )
+    scaled = TextPerturber(mech, glove.word_rows, unit_budget=60.0)
+    names, arrays, counts = scaled.perturb_batch(batch, np.random.default_rng(4), ["a", "b"], extra=["tf"])
+    assert names == ["a", "b", "a_tf", "b_tf"] and counts.tolist() == [[4, 0], [1, 0], [2, 0]]
+    # A row of 4 draws (3 in a, 1 in b) at 60/4: column a's draws are those of the column alone at ε = 15.
+    one = pa.record_batch([pa.array(["paris is lovely"]), pa.array(["london"])], ["a", "b"])
+    _, arrays_one, _ = scaled.perturb_batch(one, np.random.default_rng(4), ["a", "b"], extra=["tf"])
+    alone = TextPerturber(parse({"name": "syntf", "epsilon": 15.0}).build(space), glove.word_rows)
+    out, _, _ = alone.perturb_documents(pa.array(["paris is lovely"]), np.random.default_rng(4))
+    assert arrays_one[0].equals(out)
+    at_budget = TextPerturber(mech.at(60.0), glove.word_rows)  # the whole E on each draw: other words
+    assert not at_budget.perturb_documents(pa.array(["paris is lovely"]), np.random.default_rng(4))[0].equals(out)
+    capped = TextPerturber(mech, glove.word_rows, unit_budget=60.0, allocation=units.Allocation.parse("cap:3"))
+    names, arrays, counts = capped.perturb_batch(batch, np.random.default_rng(5), ["a", "b"], extra=["tf"])
+    assert counts.tolist() == [[4, 1], [1, 0], [2, 0]]
+    assert arrays[1].to_pylist()[0] == "[UNK]" and dict(arrays[3].to_pylist()[0]) == {"[UNK]": 1}
+    assert "[UNK]" not in arrays[0].to_pylist()[0].split()
