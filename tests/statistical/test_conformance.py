@@ -1210,15 +1210,15 @@ def test_a_documents_draws_share_its_budget(build, glove):
     perturber = TextPerturber(mechanism, glove.word_rows, unit_budget=budget)
     ((out, extra, counts),) = perturber.perturb_units([pa.array(texts)], rng_for("unit-documents"))
     assert list(extra) == ["tf"] and counts[:, 0].tolist() == lengths.tolist() and not counts[:, 1].any()
-    drawn = [glove.word_rows.rows(t.split()) for t in out.to_pylist()]
+    drawn = glove.word_rows.rows(" ".join(out.to_pylist()).split())  # every row's draws, row by row
+    at = np.full(len(glove.vectors), -1, dtype=np.int64)
+    at[mechanism.vocab_rows] = np.arange(VOCABULARY)
+    drawn, length, source = at[drawn], np.repeat(lengths, lengths), np.repeat(sources, lengths)
+    assert (drawn >= 0).all()
     words = rows_of(glove, UNIT_WORDS)
-    position = {int(r): j for j, r in enumerate(mechanism.vocab_rows)}
     wrong_stats, swapped = [], []
     for n in UNIT_LENGTHS:
-        counts_n = np.zeros((len(words), VOCABULARY), dtype=np.int64)
-        for rows, length, source in zip(drawn, lengths, sources):
-            if length == n:
-                counts_n[source] += np.bincount([position[int(r)] for r in rows], minlength=VOCABULARY)
+        counts_n = np.stack([np.bincount(drawn[(length == n) & (source == s)], minlength=VOCABULARY) for s in (0, 1)])
         label = f"syntf E={budget:g} documents of {n} (ε = {budget / n:g} per draw)"
         figures = check_chi2(counts_n, build("syntf", budget / n).distribution(words), label)
         wrong = build("syntf", WRONG * budget / n).distribution(words)
