@@ -1098,6 +1098,29 @@ def _unit_budget(name: str) -> float:
     return 20.0 * CASES[name].epsilons[0]
 
 
+def check_unit_shares(build, name: str, budget: float, words: np.ndarray, counts_of, what: str) -> None:
+    """Units of each of UNIT_LENGTHS at budget E: ``counts_of(n)`` (one row of output counts per word of
+    ``words``, for the units of n) passes the χ² against the closed form at E/n; power: all lengths' counts
+    against E/n × WRONG (added over lengths and words), and the units of 5 against the law at the units of 20's ε."""
+    wrong_stats, swapped = [], []
+    for n in UNIT_LENGTHS:
+        counts = counts_of(n)
+        label = f"{name} E={budget:g} {what} of {n} (ε = {budget / n:g})"
+        figures = check_chi2(counts, build(name, budget / n).distribution(words), label)
+        wrong_stats += [
+            pooled_chisquare(c, p) for c, p in zip(counts, build(name, WRONG * budget / n).distribution(words))
+        ]
+        if n == UNIT_LENGTHS[0]:
+            other = build(name, budget / UNIT_LENGTHS[1]).distribution(words)
+            swapped = [pooled_chisquare(c, p) for c, p in zip(counts, other)]
+        print(f"\n{label}: χ² p = {np.round(figures['p'], 4).tolist()} bins {figures['bins']}")
+    power = _chi2_sf(sum(s for s, _ in wrong_stats), sum(k for _, k in wrong_stats))
+    swap = _chi2_sf(sum(s for s, _ in swapped), sum(k for _, k in swapped))
+    assert power < POWER_ALPHA, f"{name} {what}: no power against E/n × {WRONG}: p = {power:.3g}"
+    assert swap < POWER_ALPHA, f"{name}: the {what} of 5 are not told from the {what} of 20: p = {swap:.3g}"
+    print(f"{name}: power against E/n × {WRONG}: p = {power:.3g}; {what} of 5 against ε of 20: p = {swap:.3g}")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in REGISTRY if n in CASES and CASES[n].closed_form])
 def test_unit_tokens_follow_the_closed_form_at_their_share(name, build, glove):
@@ -1111,25 +1134,16 @@ def test_unit_tokens_follow_the_closed_form_at_their_share(name, build, glove):
     mechanism = build(name, CASES[name].epsilons[0])
     out = mechanism.sample_at(rows, allocated.epsilons, rng_for("unit", name))
     words = rows_of(glove, UNIT_WORDS)
-    wrong_stats, swapped = [], []
     for n in UNIT_LENGTHS:
-        chosen = unit_length == n
-        np.testing.assert_array_equal(allocated.epsilons[chosen], budget / n)
-        counts = np.stack([np.bincount(out[chosen & (rows == w)], minlength=VOCABULARY) for w in words])
-        label = f"{name} E={budget:g} unit of {n} (ε = {budget / n:g})"
-        figures = check_chi2(counts, build(name, budget / n).distribution(words), label)
-        wrong_stats += [
-            pooled_chisquare(c, p) for c, p in zip(counts, build(name, WRONG * budget / n).distribution(words))
-        ]
-        if n == UNIT_LENGTHS[0]:
-            other = build(name, budget / UNIT_LENGTHS[1]).distribution(words)
-            swapped = [pooled_chisquare(c, p) for c, p in zip(counts, other)]
-        print(f"\n{label}: χ² p = {np.round(figures['p'], 4).tolist()} bins {figures['bins']}")
-    power = _chi2_sf(sum(s for s, _ in wrong_stats), sum(k for _, k in wrong_stats))
-    swap = _chi2_sf(sum(s for s, _ in swapped), sum(k for _, k in swapped))
-    assert power < POWER_ALPHA, f"{name}: no power against E/n × {WRONG}: p = {power:.3g}"
-    assert swap < POWER_ALPHA, f"{name}: the units of 5 are not told from the units of 20: p = {swap:.3g}"
-    print(f"{name}: power against E/n × {WRONG}: p = {power:.3g}; units of 5 against ε of 20: p = {swap:.3g}")
+        np.testing.assert_array_equal(allocated.epsilons[unit_length == n], budget / n)
+    check_unit_shares(
+        build,
+        name,
+        budget,
+        words,
+        lambda n: np.stack([np.bincount(out[(unit_length == n) & (rows == w)], minlength=VOCABULARY) for w in words]),
+        "units",
+    )
 
 
 @pytest.mark.slow
@@ -1215,22 +1229,14 @@ def test_a_documents_draws_share_its_budget(build, glove):
     at[mechanism.vocab_rows] = np.arange(VOCABULARY)
     drawn, length, source = at[drawn], np.repeat(lengths, lengths), np.repeat(sources, lengths)
     assert (drawn >= 0).all()
-    words = rows_of(glove, UNIT_WORDS)
-    wrong_stats, swapped = [], []
-    for n in UNIT_LENGTHS:
-        counts_n = np.stack([np.bincount(drawn[(length == n) & (source == s)], minlength=VOCABULARY) for s in (0, 1)])
-        label = f"syntf E={budget:g} documents of {n} (ε = {budget / n:g} per draw)"
-        figures = check_chi2(counts_n, build("syntf", budget / n).distribution(words), label)
-        wrong = build("syntf", WRONG * budget / n).distribution(words)
-        wrong_stats += [pooled_chisquare(c, p) for c, p in zip(counts_n, wrong)]
-        if n == UNIT_LENGTHS[0]:
-            other = build("syntf", budget / UNIT_LENGTHS[1]).distribution(words)
-            swapped = [pooled_chisquare(c, p) for c, p in zip(counts_n, other)]
-        print(f"\n{label}: χ² p = {np.round(figures['p'], 4).tolist()} bins {figures['bins']}")
-    power = _chi2_sf(sum(s for s, _ in wrong_stats), sum(k for _, k in wrong_stats))
-    swap = _chi2_sf(sum(s for s, _ in swapped), sum(k for _, k in swapped))
-    assert power < POWER_ALPHA, f"syntf documents: no power against E/n × {WRONG}: p = {power:.3g}"
-    assert swap < POWER_ALPHA, f"syntf documents of 5 are not told from those of 20: p = {swap:.3g}"
+    check_unit_shares(
+        build,
+        "syntf",
+        budget,
+        rows_of(glove, UNIT_WORDS),
+        lambda n: np.stack([np.bincount(drawn[(length == n) & (source == s)], minlength=VOCABULARY) for s in (0, 1)]),
+        "documents",
+    )
 
     capped = TextPerturber(mechanism, glove.word_rows, unit_budget=budget, allocation=units.Allocation.parse("cap:10"))
     few = [" ".join([UNIT_WORDS[0]] * n) for n in UNIT_LENGTHS]
