@@ -372,17 +372,18 @@ def _released(command: str, c: Any, m: dict) -> str:
         if led.get("unbounded")
         else ""
     )
-    return f"dpspark {command}: released {where}: {counts}; manifest and ledger beside it{spent}"
+    engine = f" (engine: {m['engine']})" if "engine" in m else ""
+    return f"dpspark {command}: released {where}{engine}: {counts}; manifest and ledger beside it{spent}"
 
 
 def _cmd_perturb(c: Any) -> int:
-    from dpspark.spark.perturb import run_perturb
+    from dpspark import local
 
-    m = run_perturb(c)
+    m = local.perturb(c)
     if c.quiet:
         _print(_released("perturb", c, m))
         return 0
-    keys = ("status", "output", "partition", "mechanism", "epsilon", "lambda", "euclidean_epsilon_bound")
+    keys = ("status", "engine", "output", "partition", "mechanism", "epsilon", "lambda", "euclidean_epsilon_bound")
     summary = {k: m[k] for k in keys if k in m}  # lambda and the Euclidean bound: the noise family's
     summary.update(mechanism_parameters=m["mechanism_parameters"], guarantee_type=m["guarantee_type"])
     summary["layout"] = m["layout"]

@@ -1,6 +1,8 @@
 """The commands on the local engine (``--engine local``): their runners (``dpspark.run``) over a
 ``LocalBackend``, no JVM and no pyspark. privacy-stats, privacy-risk, evaluate-utility and compare run here so
-far, and calibrate (``dpspark.spark.calibrate``, which imports no pyspark for it); the others need Spark.
+far, and calibrate (``dpspark.spark.calibrate``, which imports no pyspark for it), and perturb's release
+(``run_perturb_local``: the same job, draws, manifest, ledger and commit as Spark's, in this process); the
+others need Spark.
 
 The input is read with pyarrow (``dpspark.run.inputs``: a local Parquet file or directory, or a CSV file, up to
 1 GiB); the report is committed exactly as on Spark (``dpspark.spark.reports.ReportOutput`` over the local file
@@ -15,29 +17,44 @@ where the command has one.
 from __future__ import annotations
 
 import importlib.util
+import json
+import logging
 import os
 import shutil
 import time
 from collections import Counter
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
-from dpspark import utility
-from dpspark.config import CompareConfig, EvaluateUtilityConfig, RiskConfig, StatsConfig
+from dpspark import ledger, units, utility
+from dpspark.config import CompareConfig, EvaluateUtilityConfig, PerturbConfig, RiskConfig, StatsConfig
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.prepare import local_writes
+from dpspark.run import perturb as run_perturb
 from dpspark.run import risk as run_risk
 from dpspark.run import stats as run_stats
 from dpspark.run import utility as run_utility
 from dpspark.run.compare import CompareRun
 from dpspark.run.inputs import check_local, read_local
-from dpspark.run.local import LocalBackend
+from dpspark.run.local import BATCH_ROWS, LocalBackend, LocalShipment, local_bundle
+from dpspark.run.perturb import PerturbRelease
 from dpspark.run.settings import LABEL, TEXT
+from dpspark.run.transform import count_columns, perturb_partition
+from dpspark.spark import commit, io
+from dpspark.spark.fs import FileSystem
 from dpspark.spark.reports import ReportOutput, measure_output
+from dpspark.text import COUNT_NAMES, count_tokens, row_tokens
+from dpspark.unit_table import UnitTable, id_key, partition_counts
 
-LOCAL_COMMANDS = ("privacy-stats", "calibrate", "privacy-risk", "evaluate-utility", "compare")
+log = logging.getLogger("dpspark")
+
+LOCAL_COMMANDS = ("perturb", "privacy-stats", "calibrate", "privacy-risk", "evaluate-utility", "compare")
 
 
 def spark_available() -> bool:
@@ -205,3 +222,161 @@ def privacy_risk(config: RiskConfig, df: Any = None) -> dict[str, Any]:
     from dpspark.spark.risk import run_privacy_risk  # pyspark: only where Spark runs it
 
     return run_privacy_risk(config, df=df)
+
+
+class LocalPasses:
+    """``dpspark.run.perturb.Passes`` over a table in this process: one partition, in the table's row order."""
+
+    def __init__(self, table: pa.Table, backend: LocalBackend) -> None:
+        self.table, self.backend = table, backend
+
+    def unit_counts(self, unit_column: str, columns: list[str], job_key: bytes) -> tuple[UnitTable, int]:
+        keys, sums, nulls = partition_counts(self.table.to_batches(), unit_column, columns, id_key(job_key))
+        return UnitTable.build(np.zeros(len(keys), np.int64), keys, sums), nulls
+
+    def over_cap(self, columns: list[str], cap: int) -> tuple[int, int]:
+        return units.over_cap_counts(row_tokens(self.table, columns), cap)
+
+    def token_counts(self, columns: list[str]) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for col in columns:
+            counts.update(count_tokens(self.table.column(col)))
+        return dict(counts)
+
+    def ship(self, write: Any) -> LocalShipment:
+        return self.backend.ship(write)
+
+
+SPARK_ONLY = {  # perturb's settings that only Spark's release path takes, and why
+    "input_table": "--input-table reads a catalog table",
+    "output_table": "--output-table writes a catalog table",
+    "partition": "--partition releases one partition of a dataset (ETL)",
+}
+
+
+def _check_local_release(c: PerturbConfig) -> None:
+    """A release the local engine can make: a whole local file or directory into a local directory."""
+    for name, what in SPARK_ONLY.items():
+        if getattr(c, name):
+            raise ConfigError(f"{what}, which only Spark does: use --engine spark (pip install 'dpspark[spark]')")
+    if not c.input or not c.output:
+        raise ConfigError("an input and an output are required: --input PATH and --output PATH")
+    check_local(c.input)
+    check_local(c.output)
+
+
+def _check_table(table: pa.Table, c: PerturbConfig) -> None:
+    """The input's columns as Spark's release checks them (``dpspark.run.perturb``'s checks, pyarrow's types)."""
+    kinds = {f.name: str(f.type) for f in table.schema}
+    text = {f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)}
+    nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
+    run_perturb.check_columns(kinds, text, c)
+    run_perturb.check_unit_column(kinds, nested, c)
+
+
+def _perturb_table(job: PerturbRelease, table: pa.Table, stage: str, run_id: str, keys: list[str]) -> dict[str, int]:
+    """The release's transform of ``table`` (one partition, batches of ``BATCH_ROWS``) written into ``stage`` as
+    Parquet (Hive partitions by ``keys``, as Spark writes them); returns the observed counts (rows, the summed
+    per-row counts, a unit's shape), what Spark's release observes."""
+    c = job.config
+    hidden = count_columns(run_id)
+    batches = table.to_batches(max_chunksize=BATCH_ROWS) or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+    column = c.unit.column if c.unit.kind == "column" else None
+    out = perturb_partition(
+        batches,
+        lambda: local_bundle(job.shipment.name),
+        0,
+        job.job_key,
+        list(c.columns),
+        c.keep_original,
+        hidden,
+        tuple(c.spec.extra_columns),
+        unit_column=column,
+    )
+    written, sums, lengths = [], np.zeros(len(COUNT_NAMES), np.int64), Counter()
+    for batch in out:
+        per_row = [np.asarray(batch.column(h).to_numpy(), np.int64) for h in hidden]
+        sums += [int(a.sum()) for a in per_row]
+        lengths.update(per_row[0].tolist())
+        written.append(pa.Table.from_batches([batch]).drop_columns(hidden))
+    result = pa.concat_tables(written)
+    Path(stage).mkdir(parents=True)
+    if keys:
+        ds.write_dataset(result, stage, format="parquet", partitioning=keys, partitioning_flavor="hive")
+    else:
+        pq.write_table(result, f"{stage}/part-00000-{run_id}.parquet")
+    observed = {"rows": result.num_rows, **{n: int(v) for n, v in zip(COUNT_NAMES, sums) if n in job.sums()}}
+    if c.unit_budget is not None and c.unit.kind != "column":
+        shape = units.shape_of(dict(lengths), c.allocation_of)
+        observed |= {f"{units.SHAPE}{k}": v for k, v in shape.items()}
+    return observed
+
+
+def _partition_keys(root: Path) -> list[str]:
+    """The Hive partition columns of a local Parquet directory (``date=…/hour=…`` → date, hour)."""
+    if not root.is_dir():
+        return []
+    files = [str(f) for f in root.rglob("*") if f.is_file() and not f.name.startswith(("_", "."))]
+    return io.partition_keys(files, str(root))
+
+
+def run_perturb_local(config: PerturbConfig) -> dict[str, Any]:
+    """perturb's release on the local engine: the checks, the ledger, the job (``dpspark.run.perturb``) and the
+    commit of Spark's release path (``dpspark.spark.commit``), over this machine's files; returns the manifest."""
+    c = config
+    started, t_start = commit.now(), time.time()
+    _check_local_release(c)
+    fs = FileSystem(None)
+    run_id = io.new_run_id()
+    paths = io.Paths(fs, c.input, c.output, [], command="perturb")
+    paths.check_overlap()
+    io.check_writes(fs, paths.inputs, local_writes(c))
+    existed = paths.check_output(c.mode, partitioned=False)
+    earlier = io.read_ledger(fs, paths.output) if existed else []
+    clash = commit.check_rerelease(c, paths.output, None, earlier)
+    removed = paths.remove_stale()
+    where = check_local(c.input)
+    keys = _partition_keys(where) if where is not None else []
+    table = read_local(c.input, strings=keys)
+    _check_table(table, c)
+    log.info(json.dumps({"event": "perturb_started", "run_id": run_id, "partition": ledger.spec_text(None)}))
+    stage = paths.stage_name(run_id)
+    job = PerturbRelease(c)
+    try:
+        with LocalBackend(run_id) as backend:
+            t0 = time.perf_counter()
+            job.prepare_over(LocalPasses(table, backend), run_id)
+            timings = {"preparation_s": round(time.perf_counter() - t0, 3)}
+            t0 = time.perf_counter()
+            observed = _perturb_table(job, table, stage, run_id, keys)
+            timings["transform_and_write_s"] = round(time.perf_counter() - t0, 3)
+            entry = commit.ledger_entry(job, run_id, None, bool(clash), observed)
+            where_ = (paths.input, paths.output, None)
+            manifest = {
+                **commit.manifest(job, run_id, started, entry, where_, observed, earlier, timings),
+                "engine": "local",
+                "spark": None,
+                "spread": None,
+                "stale_temporaries_removed": len(removed),
+                "type_changes": [],  # pyarrow writes each column with the type it read
+            }
+            manifest["duration_s"] = round(time.time() - t_start, 3)
+            manifest["status"] = "succeeded"  # the last key: a reader that sees it sees the whole manifest
+            commit.commit(fs, paths, stage, None, existed, earlier, entry, manifest, job.side_files())
+    except BaseException:
+        fs.remove(stage)
+        raise
+    finally:
+        job.close()
+    finished = {"event": "perturb_finished", "run_id": run_id, "counts": manifest["counts"]}
+    log.info(json.dumps({**finished, "duration_s": manifest["duration_s"], "status": manifest["status"]}))
+    return manifest
+
+
+def perturb(config: PerturbConfig) -> dict[str, Any]:
+    """perturb's release on the engine ``engine_for`` chooses (the CLI's entry)."""
+    if engine_for("perturb", config) == "local":
+        return run_perturb_local(config)
+    from dpspark.spark.perturb import run_perturb  # pyspark: only where Spark runs it
+
+    return run_perturb(config)

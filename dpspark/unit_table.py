@@ -24,6 +24,7 @@ The table holds 64-bit keyed hashes and counts: no id, no text, no key. Pure num
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpspark.npy import load_npy
+from dpspark.text import row_tokens
 
 FILES = ("unit-partition", "unit-hash", "unit-start", "unit-count", "unit-total")
 
@@ -67,6 +69,22 @@ def task_counts(hashes: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.
     """One task's count: each hashed id of its rows (sorted) and the tokens of its rows."""
     keys, inverse = np.unique(np.asarray(hashes, dtype=np.int64), return_inverse=True)
     return keys, np.bincount(inverse, weights=np.asarray(tokens, dtype=np.int64), minlength=len(keys)).astype(np.int64)
+
+
+def partition_counts(
+    batches: Iterable[pa.RecordBatch], unit_column: str, columns: list[str], key: bytes
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """One partition's count pass (``task_counts`` over its batches): its hashed ids, each one's tokens over
+    ``columns``, and how many of its rows have a null id."""
+    hashes, tokens, nulls = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
+    for b in batches:
+        h, null = id_hashes(b.column(unit_column), key)
+        n = row_tokens(b, columns)
+        hashes.append(h[~null])
+        tokens.append(n[~null])
+        nulls += int(null.sum())
+    keys, sums = task_counts(np.concatenate(hashes), np.concatenate(tokens))
+    return keys, sums, nulls
 
 
 def _runs(keys: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

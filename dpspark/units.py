@@ -40,6 +40,9 @@ from dpspark.errors import ConfigError
 UNIT_KINDS = ("token", "document", "column")
 ALLOCATIONS = ("scale", "cap")
 OVER_CAP = ("placeholder", "refuse")
+# The prefix of a release's observed counts that describe its units' shape (``shape_of``'s keys; the manifest's
+# ``counts`` leaves them out).
+SHAPE = "shape_"
 
 ALLOCATION_TEXT = {
     "scale": "each token of a unit of n tokens gets E/n",
@@ -180,6 +183,13 @@ def over_cap_units(lengths: np.ndarray, allocation: Allocation) -> int:
     if allocation.kind != "cap":
         return 0
     return int((np.asarray(lengths, dtype=np.int64) > allocation.cap).sum())
+
+
+def over_cap_counts(tokens: np.ndarray, cap: int) -> tuple[int, int]:
+    """Of rows with ``tokens`` each (document units): how many hold more than ``cap``, and the most any holds
+    (``refuse_over_cap``'s figures; partials add, and take the max)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    return int((tokens > cap).sum()), int(tokens.max(initial=0))
 
 
 def refuse_over_cap(over: int, longest: int, allocation: Allocation) -> None:

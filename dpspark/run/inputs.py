@@ -43,9 +43,10 @@ def check_local(path: str | None) -> Path | None:
     return where
 
 
-def read_local(path: str, columns: list[str] | None = None) -> pa.Table:
+def read_local(path: str, columns: list[str] | None = None, strings: list[str] | None = None) -> pa.Table:
     """The table at ``path`` (``columns`` only, when given): Parquet (a file or a directory of files, Hive
-    partitions read as columns) or CSV (a file named ``*.csv``, a header row)."""
+    partitions read as columns: ``strings``, when given, names them all, read as strings as a release reads
+    them) or CSV (a file named ``*.csv``, a header row)."""
     where = check_local(path)
     assert where is not None
     if not where.exists():
@@ -60,7 +61,8 @@ def read_local(path: str, columns: list[str] | None = None) -> pa.Table:
         if where.is_file() and where.suffix.lower() == ".csv":
             table = pacsv.read_csv(where)
         else:
-            table = ds.dataset(where, format="parquet", partitioning="hive").to_table()
+            hive = ds.partitioning(pa.schema([(k, pa.string()) for k in strings]), flavor="hive") if strings else "hive"
+            table = ds.dataset(where, format="parquet", partitioning=hive).to_table()
     except (pa.ArrowException, OSError) as exc:
         raise InputDataError(
             f"input {path} cannot be read as Parquet or CSV ({exc}): give a Parquet file or directory, or a .csv file"

@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from pyspark import StorageLevel
@@ -40,16 +38,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.observation import Observation
 
-import dpspark
 from dpspark import ledger
 from dpspark.config import ReleaseSettings
-from dpspark.errors import ConfigError, DPSparkError, DPSparkWarning, InputDataError, ReleaseRefusedError
-from dpspark.outputs import to_json
+from dpspark.errors import ConfigError, DPSparkError, DPSparkWarning, InputDataError
 from dpspark.prepare import local_writes
-from dpspark.spark import io, lineage, tables
+from dpspark.spark import commit, io, lineage, tables
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import get_session, is_connect
-from dpspark.spark.transform import SHAPE, count_columns, quote
+from dpspark.spark.transform import count_columns, quote
 
 log = logging.getLogger("dpspark")
 
@@ -69,10 +65,6 @@ class Job(Protocol):
     def manifest_fields(self, observed: dict[str, int]) -> dict[str, Any]: ...
     def ledger_terms(self, observed: dict[str, int]) -> dict[str, Any]: ...  # guarantee type, unit, cost terms
     def close(self) -> None: ...
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat()
 
 
 def check_stream(df: DataFrame) -> None:
@@ -104,7 +96,7 @@ class _Input:
 def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | None = None) -> dict[str, Any]:
     """Run ``job`` as a release (see the module docstring); return its manifest."""
     c = job.config
-    started, t_start = now(), time.time()
+    started, t_start = commit.now(), time.time()
     inp = _Input(df, _check_call(c, df))
     spark = spark or (df.sparkSession if df is not None else get_session(c.master, c.batch_rows, c.remote))
     fs = FileSystem(spark)
@@ -115,7 +107,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     table_out = isinstance(target, tables.TableOutput)
     existed = target.check_output(c.mode, partitioned=inp.spec is not None)
     earlier = target.read_ledger() if table_out else (io.read_ledger(fs, target.output) if existed else [])
-    clash = _check_rerelease(c, target, inp.spec, earlier)
+    clash = commit.check_rerelease(c, target.output, inp.spec, earlier)
     removed = target.remove_stale()
 
     # 3. read and validate
@@ -137,26 +129,16 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
         # 5. transform and write (one pass)
         t0 = time.perf_counter()
         observed = _write(job, df, spark, run_id, stage, inp.keys, inp.splits, target.input or "the input", save)
-        counts = {k: v for k, v in observed.items() if not k.startswith(SHAPE)}
         timings["transform_and_write_s"] = round(time.perf_counter() - t0, 3)
         changed = _check_written(job, spark, fs, target, inp, stage)
 
         # 6. commit
-        entry = _ledger_entry(job, run_id, inp.spec, bool(clash), observed)
+        entry = commit.ledger_entry(job, run_id, inp.spec, bool(clash), observed)
+        source = tables.ident(*tables.qualify(spark, c.input_table)) if c.input_table else target.input
+        where = (source, target.output, inp.spec)
         manifest = {
-            "manifest_version": io.MANIFEST_VERSION,
-            "dpspark_version": dpspark.__version__,
-            "command": job.command,
-            "run_id": run_id,
-            "started_at": started,
-            "finished_at": entry["finished_at"],
-            "input": tables.ident(*tables.qualify(spark, c.input_table)) if c.input_table else target.input,
-            "output": target.output,
-            "partition": ledger.spec_text(inp.spec) if inp.spec else None,
-            **job.manifest_fields(observed),
-            "counts": counts,
-            "ledger": ledger.summary([*earlier, entry]),
-            "timings": timings,
+            **commit.manifest(job, run_id, started, entry, where, observed, earlier, timings),
+            "engine": "spark",
             "spark": {
                 "version": spark.version,
                 "master": "spark connect" if is_connect(spark) else spark.sparkContext.master,
@@ -172,7 +154,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
         if table_out:
             target.commit(stage, inp.keys, inp.spec, existed, earlier, entry, manifest, job.side_files())
         else:
-            _commit(fs, target, stage, inp.spec, existed, earlier, entry, manifest, job.side_files())
+            commit.commit(fs, target, stage, inp.spec, existed, earlier, entry, manifest, job.side_files())
     except BaseException:
         if table_out:
             target.drop(stage)
@@ -252,22 +234,6 @@ def _target(job: Job, spark: SparkSession, fs: FileSystem, inp: _Input) -> io.Pa
     return target
 
 
-def _check_rerelease(
-    c: ReleaseSettings, target: io.Paths | tables.TableOutput, spec: dict[str, str] | None, earlier: list[dict]
-) -> list[dict[str, Any]]:
-    """The earlier releases of the same records; refused unless ``allow_rerelease``."""
-    clash = ledger.overlapping(earlier, spec)
-    if clash and not c.allow_rerelease:
-        last = clash[-1]
-        raise ReleaseRefusedError(
-            f"{ledger.spec_text(spec)} of {c.output or target.output} overlaps {len(clash)} earlier release(s) "
-            f"(latest: {ledger.spec_text(last['partition'])}, run {last['run_id']} at {last['finished_at']}, epsilon "
-            f"{last['epsilon']:g}); releasing the same records again spends privacy again (the epsilons add up): "
-            "pass --allow-rerelease to do it on purpose"
-        )
-    return clash
-
-
 def _read(
     spark: SparkSession, fs: FileSystem, c: ReleaseSettings, target: io.Paths | tables.TableOutput, inp: _Input
 ) -> DataFrame:
@@ -318,26 +284,6 @@ def _check_written(
         if few:
             warnings.warn(few, DPSparkWarning, stacklevel=3)
     return changed
-
-
-def _ledger_entry(
-    job: Job, run_id: str, spec: dict[str, str] | None, again: bool, observed: dict[str, int]
-) -> dict[str, Any]:
-    """The release's ledger entry: its mechanism's guarantee type, the exact unit of its bound and what it
-    spent there (``job.ledger_terms``; under a privacy unit its ``epsilon`` is the unit's budget)."""
-    c = job.config
-    terms = job.ledger_terms(observed)
-    return ledger.entry(
-        run_id,
-        spec,
-        terms.pop("epsilon", getattr(c, "epsilon", 0.0)),
-        str(getattr(c, "mechanism", job.command)),
-        now(),
-        again,
-        **terms,
-        command=job.command,
-        rows=observed["rows"],
-    )
 
 
 def _write(
@@ -396,64 +342,6 @@ def _observable(spark: SparkSession) -> bool:
     if is_connect(spark):
         return tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1)
     return not spark.version.startswith("4.0.")
-
-
-def _commit(
-    fs: FileSystem,
-    paths: io.Paths,
-    stage: str,
-    spec: dict[str, str] | None,
-    existed: bool,
-    earlier: list[dict[str, Any]],
-    entry: dict[str, Any],
-    manifest: dict[str, Any],
-    side_files: dict[str, bytes],
-) -> None:
-    out = paths.output
-    if spec is None:
-        # A full release: everything goes into the stage, which then replaces the output
-        # (``io.publish``, the commit every report takes too), the ledger checked under the lock.
-        for e in earlier:  # an overwritten release keeps its history
-            io.write_ledger_entry(fs, stage, e)
-        io.write_ledger_entry(fs, stage, entry)
-
-        def unchanged() -> None:
-            if existed and fs.exists(out):
-                ledger.check_unchanged(earlier, io.read_ledger(fs, out), spec, paths.output_given)
-
-        io.publish(fs, paths, stage, side_files.items(), manifest, existed, entry["run_id"], unchanged)
-        return
-    # ETL: record the release, then move the partition's directory into the output. The
-    # entry goes first: a run killed in between leaves a release recorded that may not
-    # have happened (a re-run then needs --allow-rerelease), never the reverse.
-    rel = io.find_partition(fs, stage, spec)
-    if rel is None:
-        if manifest["counts"]["rows"]:
-            raise DPSparkError(
-                f"the stage {stage} holds no directory for {ledger.spec_text(spec)} although the run wrote "
-                f"{manifest['counts']['rows']} rows: nothing was published; please report this"
-            )
-        rel = "/".join(f"{k}={io.escape_value(v)}" for k, v in spec.items())
-        fs.mkdirs(f"{stage}/{rel}")  # an empty partition writes no directory: record it all the same
-    src, dst = f"{stage}/{rel}", f"{out}/{rel}"
-    for name, data in side_files.items():
-        fs.write_bytes(f"{src}/{name}", data)
-    with paths.lock(entry["run_id"]):
-        current = io.read_ledger(fs, out) if fs.exists(out) else []
-        ledger.check_unchanged(earlier, current, spec, paths.output_given)
-        recorded = io.write_ledger_entry(fs, out, entry)
-        try:
-            fs.mkdirs(posixpath.dirname(dst))
-            if fs.exists(dst):  # only reached with allow_rerelease: the earlier release of it is replaced
-                io.commit_stage(fs, io.Paths(fs, None, dst), src, True, entry["run_id"])
-            else:
-                fs.rename(src, dst)
-        except BaseException:
-            fs.remove(recorded)
-            raise
-        manifest["ledger"] = ledger.summary([*current, entry])
-        fs.write_text(f"{out}/{io.MANIFEST}", to_json(manifest))
-    fs.remove(stage)
 
 
 __all__ = ["Job", "quote", "run_release"]

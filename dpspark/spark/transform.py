@@ -29,17 +29,17 @@ from dpspark.arrow import numbers, numpy_dtype, to_numpy
 from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
+from dpspark.run.transform import count_columns, perturb_partition
 from dpspark.spark.resources import resources
 from dpspark.text import (
     COLUMN_TYPES,
-    COUNT_NAMES,
     count_tokens,
     decode_strings,
     row_tokens,
     tokenize,
 )
-from dpspark.unit_table import Cursor, UnitTable, id_hashes, id_key, task_counts
-from dpspark.units import Allocation
+from dpspark.unit_table import UnitTable, id_key, partition_counts
+from dpspark.units import SHAPE, Allocation, over_cap_counts
 
 
 def quote(name: str) -> str:
@@ -98,11 +98,6 @@ def token_counts(df: DataFrame, *columns: str) -> dict[str, int]:
     return dict(total)
 
 
-# The prefix of a release's aggregates that describe its units' shape (``unit_aggregates``): the job reads them,
-# the manifest's ``counts`` leaves them out.
-SHAPE = "shape_"
-
-
 def unit_aggregates(run_id: str, allocation: Allocation) -> list[Column]:
     """The shape of a release's document units, from the output's own per-row token counts (public: a unit's
     tokens are its row's output tokens, placeholders included): units with a token, the fewest (of those),
@@ -127,8 +122,8 @@ def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, in
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         over = most = 0
         for b in batches:
-            n = row_tokens(b, b.schema.names)
-            over, most = over + int((n > cap).sum()), max(most, int(n.max(initial=0)))
+            o, m = over_cap_counts(row_tokens(b, b.schema.names), cap)
+            over, most = over + o, max(most, m)
         yield pa.RecordBatch.from_pydict({"over": pa.array([over], pa.int64()), "most": pa.array([most], pa.int64())})
 
     fields = [T.StructField("over", T.LongType()), T.StructField("most", T.LongType())]
@@ -144,14 +139,7 @@ def unit_counts(df: DataFrame, unit_column: str, columns: list[str], job_key: by
     key = id_key(job_key)
 
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        hashes, tokens, nulls = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
-        for b in batches:
-            h, null = id_hashes(b.column(unit_column), key)
-            n = row_tokens(b, columns)
-            hashes.append(h[~null])
-            tokens.append(n[~null])
-            nulls += int(null.sum())
-        keys, sums = task_counts(np.concatenate(hashes), np.concatenate(tokens))
+        keys, sums, nulls = partition_counts(batches, unit_column, columns, key)
         part = _task_partition()  # then a row of the task's null ids, at partition -1
         yield pa.RecordBatch.from_pydict(
             {
@@ -170,41 +158,10 @@ def unit_counts(df: DataFrame, unit_column: str, columns: list[str], job_key: by
     return UnitTable.build(p[counted], h[counted], n[counted]), int(n[~counted].sum())
 
 
-def count_columns(run_id: str) -> list[str]:
-    return [f"__dpspark_{run_id[:12]}_{n}" for n in COUNT_NAMES]
-
-
 def _task_partition() -> int:
     from pyspark import TaskContext
 
     return TaskContext.get().partitionId()
-
-
-def _perturb_batches(
-    batches: Iterator[pa.RecordBatch],
-    bundle: str,
-    job_key: bytes,
-    columns: list[str],
-    keep: bool,
-    counts: list[str],
-    extra: tuple[str, ...] = (),
-    vocabulary_only: bool = False,
-    unit_column: str | None = None,
-) -> Iterator[pa.RecordBatch]:
-    partition = _task_partition()
-    perturber = cursor = None
-    for number, batch in enumerate(batches):
-        if perturber is None:  # loaded at the first batch: an empty partition loads nothing
-            shipped = resources(bundle)
-            perturber = shipped.perturber(vocabulary_only)
-            if unit_column is not None:  # a column: unit: this task's walk through its people's tokens
-                cursor = Cursor(shipped.units, partition, id_key(job_key))
-        rng = batch_generator(job_key, partition, number)
-        within = None if cursor is None else partial(cursor.within, batch.column(unit_column))
-        names, arrays, totals = perturber.perturb_batch(batch, rng, columns, keep, extra, within)
-        names += counts
-        arrays += [numbers(totals[:, j], np.int64) for j in range(len(COUNT_NAMES))]
-        yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 def perturb(
@@ -233,8 +190,17 @@ def perturb(
     fields += [T.StructField(n, T.LongType(), False) for n in counts]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _perturb_batches(
-            batches, bundle, job_key, columns, keep, counts, tuple(extra or {}), vocabulary_only, unit_column
+        return perturb_partition(
+            batches,
+            partial(resources, bundle),
+            _task_partition(),
+            job_key,
+            columns,
+            keep,
+            counts,
+            tuple(extra or {}),
+            vocabulary_only,
+            unit_column,
         )
 
     return map_in_arrow(df, run, fields)

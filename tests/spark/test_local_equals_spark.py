@@ -163,3 +163,39 @@ def test_the_classifier_is_the_same_on_both_engines(spark, tmp_path, model):
             assert spark_scores["accuracy"] > spark_scores["majority_rate"]
         finally:
             ships[0].close()
+
+
+# What a release's manifest says of where and when it ran: every other field is the same on both engines.
+RUN_FIELDS = ("run_id", "started_at", "finished_at", "duration_s", "timings", "output", "engine", "spark", "ledger")
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize(
+    "unit",
+    [
+        ["--epsilon", "8"],
+        ["--privacy-unit", "document", "--unit-budget", "60", "--allocation", "cap:6"],
+        ["--privacy-unit", "column:user", "--unit-budget", "60"],
+    ],
+    ids=["token", "document-cap", "column"],
+)
+def test_perturb_is_the_same_on_both_engines(spark, tmp_path, unit):
+    """perturb's release of one file (one task on Spark: batch i draws from (key, 0, i) on both): the same text,
+    the same placeholders and the same manifest and ledger entry but where and when it ran; per token, per
+    document under a cap, and per person (the count pass and the walk through each person's tokens)."""
+    data = tmp_path / "input.parquet"
+    user = ["ann", "bob", "ann", "cy", "bob"]
+    pq.write_table(pa.table({"text": TEXTS, "title": ["london", None, "the river", "", "city"], "user": user}), data)
+    argv = ["perturb", "--input", str(data), "--columns", "text,title", "--vocab-size", "2000", *unit]
+    manifests = run_both(tmp_path, argv)
+    a, b = (pq.read_table(tmp_path / e) for e in ("spark", "local"))
+    assert a.num_rows == 5 and a.column_names == b.column_names == ["text", "title", "user"]
+    assert a.to_pylist() == b.to_pylist()
+    assert a.column("user").to_pylist() == user and a.column("text").to_pylist() != TEXTS
+    spark_m, local_m = ({k: v for k, v in m.items() if k not in RUN_FIELDS} for m in manifests.values())
+    assert spark_m["input"] == local_m["input"] or spark_m["input"].endswith(local_m["input"])
+    assert same({**spark_m, "input": None}, {**local_m, "input": None})
+    entries = [m["ledger"]["releases"] for m in manifests.values()]
+    assert entries[0] == entries[1] == 1
+    if "--unit-budget" in unit:
+        assert local_m["unit_counts"]["units"] == (5 if "document" in unit else 3)

@@ -277,7 +277,7 @@ def _unchanged_warning(name, epsilon, **params):
     from types import SimpleNamespace
 
     from dpspark.mechanisms import Space, parse
-    from dpspark.spark.perturb import unchanged_warning
+    from dpspark.run.perturb import unchanged_warning
 
     space = Space(np.random.default_rng(1).normal(size=(300, 5)), np.arange(300))
     spec = parse({"name": name, "epsilon": epsilon, **params})

@@ -23,6 +23,7 @@ from dpspark.engine import exact_attack as ea
 from dpspark.engine import nw_sw
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.prepare import prepare_grid
+from dpspark.run.inputs import read_local
 from dpspark.run.local import LocalBackend
 from dpspark.run.risk import FittedRuns
 from dpspark.stats import plan
@@ -109,9 +110,102 @@ def test_privacy_stats_and_risk_run_locally_and_say_so(corpus, tmp_path, capsys)
 
 
 def test_a_command_without_a_local_engine_is_refused(raw, tmp_path, capsys):
-    argv = ["perturb", "--engine", "local", "--input", str(raw), "--output", str(tmp_path / "out")]
-    argv += ["--columns", "text", "--epsilon", "10"]
-    refused(capsys, tmp_path, argv, ConfigError.exit_code, "perturb runs on Spark only", "dpspark[spark]")
+    argv = ["release-vectors", "--engine", "local", "--input", str(raw), "--output", str(tmp_path / "out")]
+    argv += ["--column", "text", "--epsilon", "10"]
+    refused(capsys, tmp_path, argv, ConfigError.exit_code, "release-vectors runs on Spark only", "dpspark[spark]")
+
+
+def _perturb_local(argv: list[str], runs: bool = True) -> int:
+    """perturb on the local engine with a seed (warned where the run gets as far as drawing)."""
+    argv = ["perturb", "--engine", "local", "--seed", "5", "--vocab-size", "2000", *argv]
+    if not runs:
+        return main(argv)
+    with pytest.warns(UserWarning, match="seed"):
+        return main(argv)
+
+
+def test_perturb_releases_a_csv_locally_with_its_manifest_and_ledger(tmp_path, capsys):
+    """A CSV in, a Parquet release out, in this process: every row and column kept, the text columns perturbed
+    (tokens and placeholders counted as the output shows them), the manifest and ledger entry Spark's release
+    writes (tests/spark/test_local_equals_spark.py: the same, value for value), and the ledger's refusals."""
+    path = tmp_path / "tickets.csv"
+    texts = ["the city is quiet tonight", "call london now", "", "the dog ran home to the river xqzv"]
+    pacsv.write_csv(pa.table({"id": [1, 2, 3, 4], "text": texts, "note": ["a", "b", "c", "d"]}), path)
+    before = path.read_bytes()
+    out = tmp_path / "released"
+    assert _perturb_local(["--input", str(path), "--output", str(out), "--columns", "text", "--epsilon", "5"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["engine"] == "local" and printed["status"] == "succeeded"
+    released = pq.read_table(out)
+    assert released.column_names == ["id", "text", "note"] and released.num_rows == 4
+    assert released.column("id").to_pylist() == [1, 2, 3, 4] and released.column("note").to_pylist() == list("abcd")
+    got = [t or "" for t in released.column("text").to_pylist()]
+    assert [len(t.split()) for t in got] == [5, 3, 0, 8] and got != texts
+    assert got[3].split()[-1] == "[UNK]"  # a word without a vector: the placeholder (--oov unk, the default)
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["engine"] == "local" and manifest["spark"] is None and manifest["status"] == "succeeded"
+    assert manifest["counts"] == {"rows": 4, "tokens": 16, "placeholders": 1}
+    assert manifest["input"] == str(path.resolve()) and manifest["output"] == str(out.resolve())
+    assert manifest["ledger"]["releases"] == 1 and len(list((out / "_dpspark_ledger").glob("*.json"))) == 1
+    assert path.read_bytes() == before
+    # the same output again: refused as a second release of the same records, then made on purpose
+    again = ["--input", str(path), "--output", str(out), "--columns", "text", "--epsilon", "5", "--mode", "overwrite"]
+    assert _perturb_local(again, runs=False) == 7
+    assert "--allow-rerelease" in capsys.readouterr().err
+    assert _perturb_local([*again, "--allow-rerelease", "--quiet"], runs=False) == 0  # quiet: no warning
+    assert "(engine: local)" in capsys.readouterr().out
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["ledger"]["releases"] == 2 and manifest["ledger"]["rerelease"] is True
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("_")]  # no stage, no lock left
+
+
+def test_perturb_units_run_locally_with_their_shape(tmp_path):
+    """A document unit and a column: unit on the local engine: the unit's budget shared over its tokens, the
+    shape counted from the rows (document) or the count pass over the ids (column), as the manifest states."""
+    path = tmp_path / "in.parquet"
+    users = ["u1", "u2", "u1", "u3", "u2", "u1"]
+    pq.write_table(pa.table({"text": TEXTS, "user": users}), path)
+    lengths = [len(t.split()) if t else 0 for t in TEXTS]
+    base = ["--input", str(path), "--columns", "text", "--unit-budget", "30"]
+    assert _perturb_local([*base, "--output", str(tmp_path / "doc"), "--privacy-unit", "document"]) == 0
+    doc = json.loads((tmp_path / "doc" / "_dpspark_manifest.json").read_text())
+    held = sorted(n for n in lengths if n)
+    assert doc["unit_counts"]["tokens_per_unit"] == {"min": held[0], "median": held[1], "max": held[-1]}
+    assert doc["unit_counts"]["token_epsilon"]["max"] == pytest.approx(30 / held[0])
+    assert doc["unit_bound"]["bound"] == pytest.approx(30 * doc["unit_bound"]["diameter"])
+    assert _perturb_local([*base, "--output", str(tmp_path / "col"), "--privacy-unit", "column:user"]) == 0
+    col = json.loads((tmp_path / "col" / "_dpspark_manifest.json").read_text())
+    per_user = sorted(sum(n for n, u in zip(lengths, users) if u == v) for v in set(users))
+    assert col["unit_counts"]["units"] == 3 and col["unit_counts"]["tokens_per_unit"]["max"] == per_user[-1]
+    assert col["privacy_unit"]["column"] == "user"
+    assert pq.read_table(tmp_path / "col").column("user").to_pylist() == users
+
+
+def test_perturb_keeps_a_partitioned_directory_partitioned(tmp_path):
+    """A Hive-partitioned input (date=…) comes back partitioned the same way, its values read as strings (as
+    Spark's release reads them)."""
+    root = tmp_path / "events"
+    for date, texts in (("2026-01-01", TEXTS[:3]), ("2026-01-02", TEXTS[3:5])):
+        (root / f"date={date}").mkdir(parents=True)
+        pq.write_table(pa.table({"text": texts}), root / f"date={date}" / "part-0.parquet")
+    out = tmp_path / "released"
+    assert _perturb_local(["--input", str(root), "--output", str(out), "--columns", "text", "--epsilon", "5"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("date=")) == ["date=2026-01-01", "date=2026-01-02"]
+    released = read_local(str(out))
+    assert (
+        released.num_rows == 5
+        and sorted(released.column("date").to_pylist()) == ["2026-01-01"] * 3 + ["2026-01-02"] * 2
+    )
+
+
+def test_perturb_refusals_on_the_local_engine_leave_nothing_behind(raw, tmp_path, capsys):
+    base = ["perturb", "--engine", "local", "--columns", "text", "--epsilon", "5"]
+    out = ["--output", str(tmp_path / "out")]
+    refused(capsys, tmp_path, [*base, "--input", str(raw), *out, "--partition", "date=1"], 2, "--engine spark")
+    refused(capsys, tmp_path, [*base, "--input-table", "db.t", *out], 2, "catalog table", "--engine spark")
+    refused(capsys, tmp_path, [*base, "--input", str(raw), "--output", str(raw / "out")], 2, "inside the input")
+    refused(capsys, tmp_path, [*base, "--input", str(raw), *out, "--columns", "label,body"], 3, "'body'")
+    refused(capsys, tmp_path, [*base, "--input", "s3://b/x", *out], 2, "--engine spark")
 
 
 def test_local_engine_refusals_leave_nothing_behind(raw, tmp_path, capsys, monkeypatch):
@@ -128,8 +222,8 @@ def test_local_engine_refusals_leave_nothing_behind(raw, tmp_path, capsys, monke
 
 
 def test_without_pyspark_the_default_engine_is_local(corpus, tmp_path):
-    """A machine where pyspark cannot be imported: privacy-risk, calibrate and compare with no --engine run locally
-    and say so."""
+    """A machine where pyspark cannot be imported: privacy-risk, calibrate, compare and perturb with no --engine run
+    locally and say so."""
     blocker = tmp_path / "nopyspark"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['pyspark'] = None  # as if not installed\n")
@@ -159,6 +253,12 @@ def test_without_pyspark_the_default_engine_is_local(corpus, tmp_path):
     done = subprocess.run([*run[:3], *argv, "--output", str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "engine: local" in done.stdout and (out / "report.md").is_file()
+    # perturb on that CSV: a release with its manifest and ledger, no JVM
+    out = tmp_path / "released"
+    argv = ["perturb", "--input", str(labelled_csv(tmp_path)), "--columns", "text", "--epsilon", "10", "--quiet"]
+    done = subprocess.run([*run[:3], *argv, "--output", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "(engine: local)" in done.stdout and pq.read_table(out).num_rows == 120
 
 
 def labelled_csv(directory: Path, rows: int = 120) -> Path:
