@@ -394,13 +394,23 @@ def _cmd_perturb(c: Any) -> int:
 
 
 def _cmd_release_vectors(c: Any) -> int:
-    from dpspark.spark.vectors import run_release_vectors
+    from dpspark import local
 
-    m = run_release_vectors(c)
+    m = local.release_vectors(c)
     if c.quiet:
         _print(_released("release-vectors", c, m))
         return 0
-    keys = ("status", "output", "mechanism", "epsilon", "delta", "beta", "input_dimension", "output_dimension")
+    keys = (
+        "status",
+        "engine",
+        "output",
+        "mechanism",
+        "epsilon",
+        "delta",
+        "beta",
+        "input_dimension",
+        "output_dimension",
+    )
     _print({**{k: m[k] for k in keys}, "counts": m["counts"], "timings": m["timings"]})
     return 0
 

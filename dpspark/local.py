@@ -1,8 +1,8 @@
 """The commands on the local engine (``--engine local``): their runners (``dpspark.run``) over a
 ``LocalBackend``, no JVM and no pyspark. privacy-stats, privacy-risk, evaluate-utility and compare run here so
 far, and calibrate (``dpspark.spark.calibrate``, which imports no pyspark for it), and perturb's release
-(``run_perturb_local``: the same job, draws, manifest, ledger and commit as Spark's, in this process); the
-others need Spark.
+and release-vectors' (``run_release_local``: the same job, draws, manifest, ledger and commit as Spark's, in this
+process); the others need Spark.
 
 The input is read with pyarrow (``dpspark.run.inputs``: a local Parquet file or directory, or a CSV file, up to
 1 GiB); the report is committed exactly as on Spark (``dpspark.spark.reports.ReportOutput`` over the local file
@@ -29,23 +29,35 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from dpspark import ledger, units, utility
-from dpspark.config import CompareConfig, EvaluateUtilityConfig, PerturbConfig, RiskConfig, StatsConfig
+from dpspark.arrow import to_numpy
+from dpspark.config import (
+    CompareConfig,
+    EvaluateUtilityConfig,
+    PerturbConfig,
+    ReleaseSettings,
+    RiskConfig,
+    StatsConfig,
+    VectorsConfig,
+)
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.prepare import local_writes
 from dpspark.run import perturb as run_perturb
 from dpspark.run import risk as run_risk
 from dpspark.run import stats as run_stats
 from dpspark.run import utility as run_utility
+from dpspark.run import vectors as run_vectors
 from dpspark.run.compare import CompareRun
 from dpspark.run.inputs import check_local, read_local
 from dpspark.run.local import BATCH_ROWS, LocalBackend, LocalShipment, local_bundle
 from dpspark.run.perturb import PerturbRelease
 from dpspark.run.settings import LABEL, TEXT
-from dpspark.run.transform import count_columns, perturb_partition
+from dpspark.run.transform import count_columns, perturb_partition, vector_partition
+from dpspark.run.vectors import VectorsRelease
 from dpspark.spark import commit, io
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.reports import ReportOutput, measure_output
@@ -54,7 +66,15 @@ from dpspark.unit_table import UnitTable, id_key, partition_counts
 
 log = logging.getLogger("dpspark")
 
-LOCAL_COMMANDS = ("perturb", "privacy-stats", "calibrate", "privacy-risk", "evaluate-utility", "compare")
+LOCAL_COMMANDS = (
+    "perturb",
+    "release-vectors",
+    "privacy-stats",
+    "calibrate",
+    "privacy-risk",
+    "evaluate-utility",
+    "compare",
+)
 
 
 def spark_available() -> bool:
@@ -254,7 +274,7 @@ SPARK_ONLY = {  # perturb's settings that only Spark's release path takes, and w
 }
 
 
-def _check_local_release(c: PerturbConfig) -> None:
+def _check_local_release(c: ReleaseSettings) -> None:
     """A release the local engine can make: a whole local file or directory into a local directory."""
     for name, what in SPARK_ONLY.items():
         if getattr(c, name):
@@ -265,51 +285,111 @@ def _check_local_release(c: PerturbConfig) -> None:
     check_local(c.output)
 
 
-def _check_table(table: pa.Table, c: PerturbConfig) -> None:
-    """The input's columns as Spark's release checks them (``dpspark.run.perturb``'s checks, pyarrow's types)."""
-    kinds = {f.name: str(f.type) for f in table.schema}
-    text = {f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)}
-    nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
-    run_perturb.check_columns(kinds, text, c)
-    run_perturb.check_unit_column(kinds, nested, c)
-
-
-def _perturb_table(job: PerturbRelease, table: pa.Table, stage: str, run_id: str, keys: list[str]) -> dict[str, int]:
-    """The release's transform of ``table`` (one partition, batches of ``BATCH_ROWS``) written into ``stage`` as
-    Parquet (Hive partitions by ``keys``, as Spark writes them); returns the observed counts (rows, the summed
-    per-row counts, a unit's shape), what Spark's release observes."""
-    c = job.config
-    hidden = count_columns(run_id)
-    batches = table.to_batches(max_chunksize=BATCH_ROWS) or [pa.RecordBatch.from_pylist([], schema=table.schema)]
-    column = c.unit.column if c.unit.kind == "column" else None
-    out = perturb_partition(
-        batches,
-        lambda: local_bundle(job.shipment.name),
-        0,
-        job.job_key,
-        list(c.columns),
-        c.keep_original,
-        hidden,
-        tuple(c.spec.extra_columns),
-        unit_column=column,
-    )
-    written, sums, lengths = [], np.zeros(len(COUNT_NAMES), np.int64), Counter()
-    for batch in out:
-        per_row = [np.asarray(batch.column(h).to_numpy(), np.int64) for h in hidden]
-        sums += [int(a.sum()) for a in per_row]
-        lengths.update(per_row[0].tolist())
-        written.append(pa.Table.from_batches([batch]).drop_columns(hidden))
-    result = pa.concat_tables(written)
+def _write(result: pa.Table, stage: str, run_id: str, keys: list[str]) -> None:
+    """A release's rows into ``stage`` as Parquet: one file, or Hive partitions by ``keys`` as Spark writes them."""
     Path(stage).mkdir(parents=True)
     if keys:
         ds.write_dataset(result, stage, format="parquet", partitioning=keys, partitioning_flavor="hive")
     else:
         pq.write_table(result, f"{stage}/part-00000-{run_id}.parquet")
-    observed = {"rows": result.num_rows, **{n: int(v) for n, v in zip(COUNT_NAMES, sums) if n in job.sums()}}
-    if c.unit_budget is not None and c.unit.kind != "column":
-        shape = units.shape_of(dict(lengths), c.allocation_of)
-        observed |= {f"{units.SHAPE}{k}": v for k, v in shape.items()}
-    return observed
+
+
+def _batches(table: pa.Table) -> list[pa.RecordBatch]:
+    """The table as one partition's batches of ``BATCH_ROWS`` rows (an empty table: one empty batch, so that the
+    output has the release's columns)."""
+    return table.to_batches(max_chunksize=BATCH_ROWS) or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+
+
+class LocalPerturb(PerturbRelease):
+    """perturb's release in this process: ``PerturbRelease`` over a table."""
+
+    def check_table(self, table: pa.Table) -> pa.Table:
+        """The input's columns as Spark's release checks them (``dpspark.run.perturb``'s checks, pyarrow's types)."""
+        kinds = {f.name: str(f.type) for f in table.schema}
+        text = {f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)}
+        nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
+        run_perturb.check_columns(kinds, text, self.config)
+        run_perturb.check_unit_column(kinds, nested, self.config)
+        return table
+
+    def prepare_local(self, table: pa.Table, backend: LocalBackend, run_id: str) -> None:
+        self.prepare_over(LocalPasses(table, backend), run_id)
+
+    def write_local(self, table: pa.Table, stage: str, run_id: str, keys: list[str]) -> dict[str, int]:
+        """The release's transform of ``table`` (one partition) written into ``stage``; returns the observed counts
+        (rows, the summed per-row counts, a document unit's shape): what Spark's release observes."""
+        c = self.config
+        hidden = count_columns(run_id)
+        column = c.unit.column if c.unit.kind == "column" else None
+        out = perturb_partition(
+            _batches(table),
+            lambda: local_bundle(self.shipment.name),
+            0,
+            self.job_key,
+            list(c.columns),
+            c.keep_original,
+            hidden,
+            tuple(c.spec.extra_columns),
+            unit_column=column,
+        )
+        written, sums, lengths = [], np.zeros(len(COUNT_NAMES), np.int64), Counter()
+        for batch in out:
+            per_row = [np.asarray(batch.column(h).to_numpy(), np.int64) for h in hidden]
+            sums += [int(a.sum()) for a in per_row]
+            lengths.update(per_row[0].tolist())
+            written.append(pa.Table.from_batches([batch]).drop_columns(hidden))
+        result = pa.concat_tables(written)
+        _write(result, stage, run_id, keys)
+        observed = {"rows": result.num_rows, **{n: int(v) for n, v in zip(COUNT_NAMES, sums) if n in self.sums()}}
+        if c.unit_budget is not None and c.unit.kind != "column":
+            shape = units.shape_of(dict(lengths), c.allocation_of)
+            observed |= {f"{units.SHAPE}{k}": v for k, v in shape.items()}
+        return observed
+
+
+class LocalVectors(VectorsRelease):
+    """release-vectors' release in this process: ``VectorsRelease`` over a table."""
+
+    def check_table(self, table: pa.Table) -> pa.Table:
+        """The column's facts as Spark's release checks them: a string column (mean word vectors), or lists of
+        floats or doubles of one length without NaN, Inf or null elements."""
+        column = self.config.column
+        if column not in table.column_names:
+            raise run_vectors.missing_column(column, table.column_names)
+        kind = table.schema.field(column).type
+        self.element = pa.float64()
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            self.d, self.kind = -1, "text"
+            return table
+        lists = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+        if not (lists and (pa.types.is_float32(kind.value_type) or pa.types.is_float64(kind.value_type))):
+            raise run_vectors.not_vectors(column, str(kind))
+        vectors = pc.drop_null(table.column(column).combine_chunks())
+        lengths = np.asarray(to_numpy(pc.list_value_length(vectors)), np.int64)
+        parents = np.asarray(to_numpy(pc.list_parent_indices(vectors)), np.int64)
+        values = pc.list_flatten(vectors)
+        flat = np.asarray(to_numpy(pc.fill_null(values, float("nan"))), np.float64)
+        bad = len(np.unique(parents[~np.isfinite(flat)]))
+        facts = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
+        self.d, self.kind = run_vectors.check_facts(column, *facts, bad), "array"
+        self.element = kind.value_type
+        return table.set_column(
+            table.column_names.index(column), column, table.column(column).cast(pa.list_(kind.value_type))
+        )
+
+    def prepare_local(self, table: pa.Table, backend: LocalBackend, run_id: str) -> None:
+        self.prepare_over(backend.ship)
+
+    def write_local(self, table: pa.Table, stage: str, run_id: str, keys: list[str]) -> dict[str, int]:
+        c = self.config
+        load = None if self.shipment is None else (lambda: local_bundle(self.shipment.name))
+        out_type = pa.list_(self.element)
+        batches = vector_partition(
+            _batches(table), 0, c.column, self.job_key, self.phi, c.epsilon, c.beta, self.d, out_type, load
+        )
+        result = pa.Table.from_batches(list(batches))
+        _write(result, stage, run_id, keys)
+        return {"rows": result.num_rows}
 
 
 def _partition_keys(root: Path) -> list[str]:
@@ -320,15 +400,16 @@ def _partition_keys(root: Path) -> list[str]:
     return io.partition_keys(files, str(root))
 
 
-def run_perturb_local(config: PerturbConfig) -> dict[str, Any]:
-    """perturb's release on the local engine: the checks, the ledger, the job (``dpspark.run.perturb``) and the
-    commit of Spark's release path (``dpspark.spark.commit``), over this machine's files; returns the manifest."""
-    c = config
+def run_release_local(job: LocalPerturb | LocalVectors) -> dict[str, Any]:
+    """A release on the local engine: the checks, the ledger and the commit of Spark's release path
+    (``dpspark.spark.commit``) over this machine's files, the job's preparation and transform in this process;
+    returns the manifest."""
+    c = job.config
     started, t_start = commit.now(), time.time()
     _check_local_release(c)
     fs = FileSystem(None)
     run_id = io.new_run_id()
-    paths = io.Paths(fs, c.input, c.output, [], command="perturb")
+    paths = io.Paths(fs, c.input, c.output, [], command=job.command)
     paths.check_overlap()
     io.check_writes(fs, paths.inputs, local_writes(c))
     existed = paths.check_output(c.mode, partitioned=False)
@@ -337,23 +418,21 @@ def run_perturb_local(config: PerturbConfig) -> dict[str, Any]:
     removed = paths.remove_stale()
     where = check_local(c.input)
     keys = _partition_keys(where) if where is not None else []
-    table = read_local(c.input, strings=keys)
-    _check_table(table, c)
-    log.info(json.dumps({"event": "perturb_started", "run_id": run_id, "partition": ledger.spec_text(None)}))
+    table = job.check_table(read_local(c.input, strings=keys))
+    log.info(json.dumps({"event": f"{job.command}_started", "run_id": run_id, "partition": ledger.spec_text(None)}))
     stage = paths.stage_name(run_id)
-    job = PerturbRelease(c)
     try:
         with LocalBackend(run_id) as backend:
             t0 = time.perf_counter()
-            job.prepare_over(LocalPasses(table, backend), run_id)
+            job.prepare_local(table, backend, run_id)
             timings = {"preparation_s": round(time.perf_counter() - t0, 3)}
             t0 = time.perf_counter()
-            observed = _perturb_table(job, table, stage, run_id, keys)
+            observed = job.write_local(table, stage, run_id, keys)
             timings["transform_and_write_s"] = round(time.perf_counter() - t0, 3)
             entry = commit.ledger_entry(job, run_id, None, bool(clash), observed)
-            where_ = (paths.input, paths.output, None)
+            at = (paths.input, paths.output, None)
             manifest = {
-                **commit.manifest(job, run_id, started, entry, where_, observed, earlier, timings),
+                **commit.manifest(job, run_id, started, entry, at, observed, earlier, timings),
                 "engine": "local",
                 "spark": None,
                 "spread": None,
@@ -368,7 +447,7 @@ def run_perturb_local(config: PerturbConfig) -> dict[str, Any]:
         raise
     finally:
         job.close()
-    finished = {"event": "perturb_finished", "run_id": run_id, "counts": manifest["counts"]}
+    finished = {"event": f"{job.command}_finished", "run_id": run_id, "counts": manifest["counts"]}
     log.info(json.dumps({**finished, "duration_s": manifest["duration_s"], "status": manifest["status"]}))
     return manifest
 
@@ -376,7 +455,16 @@ def run_perturb_local(config: PerturbConfig) -> dict[str, Any]:
 def perturb(config: PerturbConfig) -> dict[str, Any]:
     """perturb's release on the engine ``engine_for`` chooses (the CLI's entry)."""
     if engine_for("perturb", config) == "local":
-        return run_perturb_local(config)
+        return run_release_local(LocalPerturb(config))
     from dpspark.spark.perturb import run_perturb  # pyspark: only where Spark runs it
 
     return run_perturb(config)
+
+
+def release_vectors(config: VectorsConfig) -> dict[str, Any]:
+    """release-vectors' release on the engine ``engine_for`` chooses (the CLI's entry)."""
+    if engine_for("release-vectors", config) == "local":
+        return run_release_local(LocalVectors(config))
+    from dpspark.spark.vectors import run_release_vectors  # pyspark: only where Spark runs it
+
+    return run_release_vectors(config)

@@ -11,10 +11,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from dpspark.arrow import numbers
+from dpspark.arrow import numbers, numpy_dtype, to_numpy
+from dpspark.embeddings import WordRows, mean_token_vectors
+from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
-from dpspark.text import COUNT_NAMES
+from dpspark.text import COUNT_NAMES, decode_strings, tokenize
 from dpspark.unit_table import Cursor, id_key
 
 
@@ -52,4 +55,58 @@ def perturb_partition(
         names, arrays, totals = perturber.perturb_batch(batch, rng, columns, keep, extra, within)
         names += counts
         arrays += [numbers(totals[:, j], np.int64) for j in range(len(COUNT_NAMES))]
+        yield pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def mean_vectors(texts: list[str | None], vectors: np.ndarray, words: WordRows) -> tuple[np.ndarray, np.ndarray]:
+    """Mean embedding of each text's tokens (texts without an embedded token get the zero vector).
+
+    Returns (n_valid × d, mask of non-null rows).
+    """
+    valid = np.array([t is not None for t in texts], dtype=bool)
+    return mean_token_vectors([tokenize(t)[0] for t in texts if t is not None], vectors, words), valid
+
+
+def vector_partition(
+    batches: Iterable[pa.RecordBatch],
+    partition: int,
+    column: str,
+    job_key: bytes,
+    phi: np.ndarray | None,
+    epsilon: float,
+    beta: float,
+    d: int,
+    out_type: pa.DataType,
+    load: Callable[[], Any] | None,
+) -> Iterator[pa.RecordBatch]:
+    """One partition of release-vectors' transform: batch i of ``partition`` draws from ``batch_generator(job_key,
+    partition, i)``; the column's vectors (or, with ``load``, a bundle's resources, the mean word vector of each
+    text) become PrivEmb's private vectors with Φ (M1's without it); null rows stay null."""
+    dim = d if phi is None else phi.shape[0]
+    for number, batch in enumerate(batches):
+        rng = batch_generator(job_key, partition, number)
+        names, arrays = list(batch.schema.names), list(batch.columns)
+        i = names.index(column)
+        col = arrays[i]
+        if load is not None:
+            res = load()
+            texts, _ = decode_strings(col)
+            x, valid = mean_vectors(texts, res.vectors, res.words)
+        else:
+            valid = ~to_numpy(pc.is_null(col))  # pc functions: Array methods import pandas (dpspark.arrow)
+            flat = np.asarray(to_numpy(pc.list_flatten(pc.drop_null(col))), dtype=np.float64)
+            x = flat.reshape(int(valid.sum()), d)  # an all-null batch is a (0, d) matrix
+        private = privemb(x, phi, epsilon, beta, rng) if phi is not None else m1(x, epsilon, rng)
+        lengths = np.where(valid, dim, 0)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = numbers(private, numpy_dtype(out_type.value_type))
+        # Null rows stay null (from buffers: ListArray.from_arrays takes no mask before pyarrow 9).
+        lists = pa.Array.from_buffers(
+            pa.list_(values.type),
+            len(valid),
+            [numbers(valid, np.bool_).buffers()[1], pa.py_buffer(offsets)],
+            null_count=int((~valid).sum()),
+            children=[values],
+        )
+        arrays[i] = lists.cast(out_type)
         yield pa.RecordBatch.from_arrays(arrays, names=names)

@@ -19,24 +19,17 @@ from functools import partial
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_type
 
-from dpspark.arrow import numbers, numpy_dtype, to_numpy
-from dpspark.embeddings import WordRows, mean_token_vectors
-from dpspark.privemb import m1, privemb
-from dpspark.rng import batch_generator
-from dpspark.run.transform import count_columns, perturb_partition
+from dpspark.run.transform import count_columns, perturb_partition, vector_partition
 from dpspark.spark.resources import resources
 from dpspark.text import (
     COLUMN_TYPES,
     count_tokens,
-    decode_strings,
     row_tokens,
-    tokenize,
 )
 from dpspark.unit_table import UnitTable, id_key, partition_counts
 from dpspark.units import SHAPE, Allocation, over_cap_counts
@@ -206,57 +199,6 @@ def perturb(
     return map_in_arrow(df, run, fields)
 
 
-def mean_vectors(texts: list[str | None], vectors: np.ndarray, words: WordRows) -> tuple[np.ndarray, np.ndarray]:
-    """Mean embedding of each text's tokens (texts without an embedded token get the zero vector).
-
-    Returns (n_valid × d, mask of non-null rows).
-    """
-    valid = np.array([t is not None for t in texts], dtype=bool)
-    return mean_token_vectors([tokenize(t)[0] for t in texts if t is not None], vectors, words), valid
-
-
-def _vector_batches(
-    batches: Iterator[pa.RecordBatch],
-    column: str,
-    job_key: bytes,
-    phi: np.ndarray | None,
-    epsilon: float,
-    beta: float,
-    d: int,
-    out_type: pa.DataType,
-    bundle: str | None,
-) -> Iterator[pa.RecordBatch]:
-    partition = _task_partition()
-    dim = d if phi is None else phi.shape[0]
-    for number, batch in enumerate(batches):
-        rng = batch_generator(job_key, partition, number)
-        names, arrays = list(batch.schema.names), list(batch.columns)
-        i = names.index(column)
-        col = arrays[i]
-        if bundle is not None:
-            res = resources(bundle)
-            texts, _ = decode_strings(col)
-            x, valid = mean_vectors(texts, res.vectors, res.words)
-        else:
-            valid = ~to_numpy(pc.is_null(col))  # pc functions: Array methods import pandas (dpspark.arrow)
-            flat = np.asarray(to_numpy(pc.list_flatten(pc.drop_null(col))), dtype=np.float64)
-            x = flat.reshape(int(valid.sum()), d)  # an all-null batch is a (0, d) matrix
-        private = privemb(x, phi, epsilon, beta, rng) if phi is not None else m1(x, epsilon, rng)
-        lengths = np.where(valid, dim, 0)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        values = numbers(private, numpy_dtype(out_type.value_type))
-        # Null rows stay null (from buffers: ListArray.from_arrays takes no mask before pyarrow 9).
-        lists = pa.Array.from_buffers(
-            pa.list_(values.type),
-            len(valid),
-            [numbers(valid, np.bool_).buffers()[1], pa.py_buffer(offsets)],
-            null_count=int((~valid).sum()),
-            children=[values],
-        )
-        arrays[i] = lists.cast(out_type)
-        yield pa.RecordBatch.from_arrays(arrays, names=names)
-
-
 def release_vectors(
     df: DataFrame,
     column: str,
@@ -276,6 +218,7 @@ def release_vectors(
     ]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _vector_batches(batches, column, job_key, phi, epsilon, beta, d, out_type, bundle)
+        load = None if bundle is None else partial(resources, bundle)
+        return vector_partition(batches, _task_partition(), column, job_key, phi, epsilon, beta, d, out_type, load)
 
     return map_in_arrow(df, run, fields)

@@ -199,3 +199,30 @@ def test_perturb_is_the_same_on_both_engines(spark, tmp_path, unit):
     assert entries[0] == entries[1] == 1
     if "--unit-budget" in unit:
         assert local_m["unit_counts"]["units"] == (5 if "document" in unit else 3)
+
+
+@pytest.mark.parametrize("source", ["vectors", "text"])
+def test_release_vectors_is_the_same_on_both_engines(spark, tmp_path, source):
+    """release-vectors of one file: PrivEmb of a float column (Φ drawn from the seed's own stream, the same file on
+    both) and M1 of a text column's mean word vectors (the embedding shipped as a bundle): the same vectors, bit
+    for bit, and the same manifest but where and when it ran."""
+    data = tmp_path / "input.parquet"
+    rng = np.random.default_rng(3)
+    vectors = [rng.normal(size=8).astype(np.float32).tolist() for _ in range(5)]
+    vectors[2] = None
+    pq.write_table(pa.table({"vec": pa.array(vectors, pa.list_(pa.float32())), "text": TEXTS}), data)
+    argv = ["release-vectors", "--input", str(data), "--epsilon", "5"]
+    argv += ["--column", "vec", "--dim", "4"] if source == "vectors" else ["--column", "text", "--mechanism", "m1"]
+    manifests = run_both(tmp_path, argv)
+    a, b = (pq.read_table(tmp_path / e) for e in ("spark", "local"))
+    assert a.schema == b.schema and a.to_pylist() == b.to_pylist()
+    column = "vec" if source == "vectors" else "text"
+    released = a.column(column).to_pylist()
+    assert released[2 if source == "vectors" else 4] is None
+    assert len(released[0]) == (4 if source == "vectors" else 50)
+    if source == "vectors":
+        assert (tmp_path / "spark" / "_dpspark_projection.npy").read_bytes() == (
+            tmp_path / "local" / "_dpspark_projection.npy"
+        ).read_bytes()
+    spark_m, local_m = ({k: v for k, v in m.items() if k not in (*RUN_FIELDS, "input")} for m in manifests.values())
+    assert same(spark_m, local_m)

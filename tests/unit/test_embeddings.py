@@ -279,7 +279,7 @@ def test_word_rows_finds_what_a_dict_finds(reference):
 
 
 def test_mean_vectors_average_the_embedded_tokens(reference):
-    from dpspark.spark.transform import mean_vectors
+    from dpspark.run.transform import mean_vectors
 
     words, vectors = reference
     texts = ["w1 w2 nope", None, "", "nope", "café w1 w1", "w5"]

@@ -109,10 +109,50 @@ def test_privacy_stats_and_risk_run_locally_and_say_so(corpus, tmp_path, capsys)
     assert manifest["engine"] == "local" and manifest["corpus"]["words_measured"] > 10
 
 
-def test_a_command_without_a_local_engine_is_refused(raw, tmp_path, capsys):
-    argv = ["release-vectors", "--engine", "local", "--input", str(raw), "--output", str(tmp_path / "out")]
-    argv += ["--column", "text", "--epsilon", "10"]
-    refused(capsys, tmp_path, argv, ConfigError.exit_code, "release-vectors runs on Spark only", "dpspark[spark]")
+def test_every_engine_command_runs_locally_and_a_spark_only_one_would_be_refused(raw, tmp_path):
+    """Every command that takes --engine has a local engine; a command without one (none today) is refused in one
+    sentence that names what to install."""
+    from dpspark import config, local
+    from dpspark.cli import COMMANDS
+
+    engines = [name for name, cmd in COMMANDS.items() if "engine" in getattr(config, cmd.model).__fields__]
+    assert sorted(engines) == sorted(local.LOCAL_COMMANDS)
+    settings = config.VectorsConfig(input=str(raw), output=str(tmp_path / "out"), column="text", epsilon=1.0)
+    with pytest.raises(ConfigError, match=r"a-new-command runs on Spark only.*dpspark\[spark\]"):
+        local.engine_for("a-new-command", settings.copy(update={"engine": "local"}))
+
+
+def test_release_vectors_runs_locally_and_refuses_what_spark_refuses(tmp_path, capsys):
+    """release-vectors on the local engine: PrivEmb of a double column (nulls kept, Φ beside the data), and the
+    column refusals of Spark's check, each leaving nothing behind."""
+    rng = np.random.default_rng(1)
+    good = [rng.normal(size=6).tolist() for _ in range(4)] + [None]
+    path = tmp_path / "vectors.parquet"
+    pq.write_table(pa.table({"vec": good, "mixed": [[1.0, 2.0], [1.0], None, [0.0, 1.0], [2.0, 2.0]]}), path)
+    out = tmp_path / "released"
+    argv = ["release-vectors", "--engine", "local", "--input", str(path), "--output", str(out), "--epsilon", "5"]
+    with pytest.warns(UserWarning, match="seed"):
+        assert main([*argv, "--column", "vec", "--dim", "3", "--seed", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine"] == "local"
+    released = pq.read_table(out)
+    assert released.schema.field("vec").type == pa.list_(pa.float64())
+    assert [None if v is None else len(v) for v in released.column("vec").to_pylist()] == [3, 3, 3, 3, None]
+    assert np.load(out / "_dpspark_projection.npy").shape == (3, 6)
+    manifest = json.loads((out / "_dpspark_manifest.json").read_text())
+    assert manifest["input_dimension"] == 6 and manifest["output_dimension"] == 3
+    assert manifest["ledger"]["releases"] == 1
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"nan": [[1.0, float("nan")], [1.0, 2.0]], "n": [1, 2], "e": [None, None]}), bad)
+    pq.write_table(pa.table({"e": pa.array([None, None], pa.list_(pa.float64()))}), tmp_path / "empty.parquet")
+    other = ["release-vectors", "--engine", "local", "--output", str(tmp_path / "out"), "--epsilon", "5"]
+    for given, column, phrase in [
+        (path, "mixed", "different lengths (1 to 2)"),
+        (bad, "nan", "1 vectors contain NaN"),
+        (bad, "n", "has type int64"),
+        (bad, "body", "'body' is not in the input"),
+        (tmp_path / "empty.parquet", "e", "no non-null vectors"),
+    ]:
+        refused(capsys, tmp_path, [*other, "--input", str(given), "--column", column], 3, phrase)
 
 
 def _perturb_local(argv: list[str], runs: bool = True) -> int:
