@@ -337,7 +337,7 @@ class LocalPerturb(PerturbRelease):
             per_row = [np.asarray(batch.column(h).to_numpy(), np.int64) for h in hidden]
             sums += [int(a.sum()) for a in per_row]
             lengths.update(per_row[0].tolist())
-            written.append(pa.Table.from_batches([batch]).drop_columns(hidden))
+            written.append(pa.Table.from_batches([batch]).drop(hidden))
         result = pa.concat_tables(written)
         _write(result, stage, run_id, keys)
         observed = {"rows": result.num_rows, **{n: int(v) for n, v in zip(COUNT_NAMES, sums) if n in self.sums()}}

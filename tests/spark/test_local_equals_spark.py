@@ -169,15 +169,13 @@ def test_the_classifier_is_the_same_on_both_engines(spark, tmp_path, model):
 RUN_FIELDS = ("run_id", "started_at", "finished_at", "duration_s", "timings", "output", "engine", "spark", "ledger")
 
 
-@pytest.mark.runtime
 @pytest.mark.parametrize(
     "unit",
-    [
-        ["--epsilon", "8"],
-        ["--privacy-unit", "document", "--unit-budget", "60", "--allocation", "cap:6"],
-        ["--privacy-unit", "column:user", "--unit-budget", "60"],
+    [  # per runtime the token unit: the units are variants of that path (tests/spark/test_privacy_units.py's)
+        pytest.param(["--epsilon", "8"], marks=pytest.mark.runtime, id="token"),
+        pytest.param(["--privacy-unit", "document", "--unit-budget", "60", "--allocation", "cap:6"], id="document-cap"),
+        pytest.param(["--privacy-unit", "column:user", "--unit-budget", "60"], id="column"),
     ],
-    ids=["token", "document-cap", "column"],
 )
 def test_perturb_is_the_same_on_both_engines(spark, tmp_path, unit):
     """perturb's release of one file (one task on Spark: batch i draws from (key, 0, i) on both): the same text,
