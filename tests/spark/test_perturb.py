@@ -243,14 +243,14 @@ def _fresh_perturb(tmp_path, *extra: str) -> subprocess.CompletedProcess:
 def test_quiet_command_prints_its_result_and_nothing_but_the_jvm_launchers_notice(tmp_path):
     """--quiet in a fresh process: no Spark log lines (the loopback host, native Hadoop, "Setting
     default log level", I/O encryption without RPC encryption), no logs. The result still prints:
-    one line on stdout naming the output and the manifest's public counts. The one line left on
+    one line on stdout naming the output, the engine and the manifest's public counts. The one line left on
     stderr is the java launcher's own notice of Spark 4's incubator module."""
     done = _fresh_perturb(tmp_path, "--quiet")
     out = tmp_path / "out"
     counts = json.loads((out / "_dpspark_manifest.json").read_text())["counts"]
     assert set(counts) == {"rows", "tokens", "placeholders"} and counts["rows"] == 500
     shown = ", ".join(f"{v:,} {k}" for k, v in counts.items())
-    assert done.stdout == f"dpspark perturb: released {out}: {shown}; manifest and ledger beside it\n"
+    assert done.stdout == f"dpspark perturb: released {out} (engine: spark): {shown}; manifest and ledger beside it\n"
     lines = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using incubator modules")]
     assert lines == [], done.stderr
 
