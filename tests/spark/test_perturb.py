@@ -105,7 +105,7 @@ def test_api_twice_evaluated_gives_identical_text(spark):
 
 def test_oov_never_verbatim_and_key_never_logged(spark, tmp_path, caplog, monkeypatch):
     secret = bytes.fromhex("00112233445566778899aabbccddeeff")
-    import dpspark.spark.perturb as job
+    import dpspark.run.perturb as job  # the job key and the preparation: the job on every engine
 
     monkeypatch.setattr(job, "new_job_key", lambda seed=None: secret)
     src = tmp_path / "in.parquet"

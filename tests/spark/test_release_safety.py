@@ -112,7 +112,7 @@ def test_overwrite_replaces_only_a_dpspark_release(spark, capsys, tmp_path, data
 
 
 def test_unwritable_output_fails_before_preparation(spark, capsys, tmp_path, dataset, monkeypatch):
-    import dpspark.spark.perturb as job
+    import dpspark.run.perturb as job  # the job on every engine
 
     monkeypatch.setattr(job, "prepare", lambda *a, **k: pytest.fail("prepared although the output is unwritable"))
     blocker = tmp_path / "a_file"
