@@ -13,7 +13,10 @@ back so that all see the same load on a shared machine:
   2. end-to-end: ``dpspark perturb --master local[2]`` (the CLI's ``main``) in a fresh
      process, on the 16-group file and then on the one-group file; tokens/s over the
      manifest's transform_and_write_s (read, perturb, write, commit), whole-process wall and
-     CPU time (driver, JVM, Python workers) beside it.
+     CPU time (driver, JVM, Python workers) beside it;
+  3. the local engine: ``dpspark perturb --engine local`` (one process, no JVM: the same release path, the
+     partitions' transform in this process on one core) on the 16-group file, its tokens/s on the same
+     terms, and the ratio of Spark's rate to it.
 
 Both use the settings of conf/perturb.yaml (Mahalanobis λ = 1, ε = 10, 50,000 words,
 exact search). Prints the CPU model, both rates per repeat, their medians and the ratio
@@ -120,10 +123,12 @@ print(json.dumps({"wall_s": wall, "cpu_s": tree(os.getpid())}))
 """
 
 
-def end_to_end(path: Path, out: Path, master: str, vocab: int) -> dict:
-    """`dpspark perturb` (the CLI's main, in a fresh process that measures its own CPU tree)."""
+def end_to_end(path: Path, out: Path, master: str | None, vocab: int) -> dict:
+    """`dpspark perturb` (the CLI's main, in a fresh process that measures its own CPU tree); ``master`` None:
+    on the local engine."""
     args = ["perturb", "--input", str(path), "--output", str(out), "--columns", "text", *SETTINGS]
-    cmd = [sys.executable, "-c", END_TO_END, *args, "--vocab-size", str(vocab), "--master", master, "--quiet"]
+    where = ["--engine", "local"] if master is None else ["--master", master]
+    cmd = [sys.executable, "-c", END_TO_END, *args, "--vocab-size", str(vocab), *where, "--quiet"]
     # stderr passes through: a failure's message and traceback (--quiet keeps it empty otherwise)
     p = subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     r = json.loads(p.stdout.splitlines()[-1])
@@ -158,11 +163,13 @@ def main() -> None:
         rows, tokens = make_input(src, a.tokens)
         make_input(single, a.tokens, groups=1)
         print(f"input: {rows:,} rows, {tokens:,} tokens (examples/reviews.parquet resampled), 16 row groups and 1")
-        one, e2e, e2e_single = [], [], []
+        one, e2e, e2e_single, here = [], [], [], []
         for r in range(a.repeats):
             i = inprocess(src, a.inprocess_tokens, a.vocab_size)
             e = end_to_end(src, Path(tmp) / f"out{r}", a.master, a.vocab_size)
             s = end_to_end(single, Path(tmp) / f"single{r}", a.master, a.vocab_size)
+            lo = end_to_end(src, Path(tmp) / f"local{r}", None, a.vocab_size)
+            here.append(lo["tokens_per_s"])
             one.append(i["tokens_per_s"])
             e2e.append(e["tokens_per_s"])
             e2e_single.append(s["tokens_per_s"])
@@ -179,6 +186,12 @@ def main() -> None:
                 f"{s['tokens_per_s'] / e['tokens_per_s']:.2f}x",
                 flush=True,
             )
+            print(
+                f"    local engine {lo['tokens_per_s']:,.0f} tokens/s ({lo['transform_and_write_s']:.1f} s, "
+                f"preparation {lo['preparation_s']:.1f} s, whole process {lo['process_wall_s']:.1f} s); "
+                f"{a.master} 16 groups over local: {e['tokens_per_s'] / lo['tokens_per_s']:.2f}x",
+                flush=True,
+            )
             # CPU seconds say what the wall clock hides on a shared machine: how much of a core
             # each run got, and what a token costs in CPU (the end-to-end figure includes the
             # JVM, session start and preparation).
@@ -192,9 +205,11 @@ def main() -> None:
                 flush=True,
             )
     m1, me, ms = statistics.median(one), statistics.median(e2e), statistics.median(e2e_single)
+    ml = statistics.median(here)
     print(
         f"median: in-process one core {m1:,.0f} tokens/s; end-to-end {a.master}: 16 groups {me:,.0f} tokens/s, "
-        f"one group {ms:,.0f} tokens/s"
+        f"one group {ms:,.0f} tokens/s; local engine {ml:,.0f} tokens/s ({a.master} 16 groups over local: "
+        f"{me / ml:.2f}x)"
     )
     print(
         f"ratio of medians to one core: 16 groups {me / m1:.2f}x, one group {ms / m1:.2f}x (target on 2 cores: >= 1.6x)"

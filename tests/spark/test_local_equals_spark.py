@@ -4,6 +4,7 @@ document's by its row, a release batch's by its partition and number), never by 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -13,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpspark.cli import main
+from dpspark.errors import PrivacyWarning
 
 pytestmark = pytest.mark.spark  # each test but compare's also runs per runtime (marked below)
 
@@ -175,19 +177,30 @@ RUN_FIELDS = ("run_id", "started_at", "finished_at", "duration_s", "timings", "o
         pytest.param(["--epsilon", "8"], marks=pytest.mark.runtime, id="token"),
         pytest.param(["--privacy-unit", "document", "--unit-budget", "60", "--allocation", "cap:6"], id="document-cap"),
         pytest.param(["--privacy-unit", "column:user", "--unit-budget", "60"], id="column"),
+        pytest.param(
+            ["--mechanism", "syntf", "--privacy-unit", "document", "--unit-budget", "30", "--keep-original"],
+            id="syntf-document",
+        ),
     ],
 )
 def test_perturb_is_the_same_on_both_engines(spark, tmp_path, unit):
     """perturb's release of one file (one task on Spark: batch i draws from (key, 0, i) on both): the same text,
     the same placeholders and the same manifest and ledger entry but where and when it ran; per token, per
-    document under a cap, and per person (the count pass and the walk through each person's tokens)."""
+    document under a cap, per person (the count pass and the walk through each person's tokens), and SynTF's
+    synthetic documents per document with their term-frequency columns and the raw text kept on request."""
     data = tmp_path / "input.parquet"
     user = ["ann", "bob", "ann", "cy", "bob"]
     pq.write_table(pa.table({"text": TEXTS, "title": ["london", None, "the river", "", "city"], "user": user}), data)
     argv = ["perturb", "--input", str(data), "--columns", "text,title", "--vocab-size", "2000", *unit]
-    manifests = run_both(tmp_path, argv)
+    with contextlib.ExitStack() as kept:
+        if "--keep-original" in unit:  # said on both engines, as every run says it
+            kept.enter_context(pytest.warns(PrivacyWarning, match="THIS OUTPUT IS NOT PRIVATE"))
+        manifests = run_both(tmp_path, argv)
     a, b = (pq.read_table(tmp_path / e) for e in ("spark", "local"))
-    assert a.num_rows == 5 and a.column_names == b.column_names == ["text", "title", "user"]
+    columns = ["text", "title", "user"]
+    if "syntf" in unit:  # its term frequencies, then the raw text kept on request, per text column
+        columns += ["text_tf", "title_tf", "text_original", "title_original"]
+    assert a.num_rows == 5 and a.column_names == b.column_names == columns and a.schema == b.schema
     assert a.to_pylist() == b.to_pylist()
     assert a.column("user").to_pylist() == user and a.column("text").to_pylist() != TEXTS
     spark_m, local_m = ({k: v for k, v in m.items() if k not in RUN_FIELDS} for m in manifests.values())
