@@ -222,9 +222,8 @@ _MASTER = re.compile(r"local(\[(\d+|\*)(\s*,\s*\d+)?\])?|local-cluster\[[\d\s,]+
 class SparkSettings(Settings):
     engine: Literal["auto", "spark", "local"] = Field(
         default="auto",
-        description="where the command runs: spark, local (this process, no JVM: perturb, privacy-stats, "
-        "privacy-risk, evaluate-utility and compare on local files up to 1 GiB), or auto (default: spark where pyspark "
-        "and Java are found, else local)",
+        description="where the command runs: spark, local (this process, no JVM, on local files up to 1 GiB; "
+        "every command that takes --engine), or auto (default: spark where pyspark and Java are found, else local)",
     )
     master: str | None = Field(default=None, description="Spark master URL (default local[*], or spark-submit's)")
     remote: str | None = Field(

@@ -1,8 +1,8 @@
 """The commands on the local engine (``--engine local``): their runners (``dpspark.run``) over a
-``LocalBackend``, no JVM and no pyspark. privacy-stats, privacy-risk, evaluate-utility and compare run here so
-far, and calibrate (``dpspark.spark.calibrate``, which imports no pyspark for it), and perturb's release
-and release-vectors' (``run_release_local``: the same job, draws, manifest, ledger and commit as Spark's, in this
-process); the others need Spark.
+``LocalBackend``, no JVM and no pyspark: privacy-stats, privacy-risk, evaluate-utility and compare, calibrate
+(``dpspark.spark.calibrate``, which imports no pyspark for it), and the releases of perturb and release-vectors
+(``run_release_local``: the same job, draws, manifest, ledger and commit as Spark's, in this process). Every
+command that takes ``--engine`` runs here.
 
 The input is read with pyarrow (``dpspark.run.inputs``: a local Parquet file or directory, or a CSV file, up to
 1 GiB); the report is committed exactly as on Spark (``dpspark.spark.reports.ReportOutput`` over the local file
@@ -17,7 +17,6 @@ where the command has one.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -33,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from dpspark import ledger, units, utility
+from dpspark import units, utility
 from dpspark.arrow import to_numpy
 from dpspark.config import (
     CompareConfig,
@@ -61,7 +60,7 @@ from dpspark.run.vectors import VectorsRelease
 from dpspark.spark import commit, io
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.reports import ReportOutput, measure_output
-from dpspark.text import COUNT_NAMES, count_tokens, row_tokens
+from dpspark.text import COUNT_NAMES, count_column_tokens, row_tokens
 from dpspark.unit_table import UnitTable, id_key, partition_counts
 
 log = logging.getLogger("dpspark")
@@ -258,31 +257,29 @@ class LocalPasses:
         return units.over_cap_counts(row_tokens(self.table, columns), cap)
 
     def token_counts(self, columns: list[str]) -> dict[str, int]:
-        counts: Counter[str] = Counter()
-        for col in columns:
-            counts.update(count_tokens(self.table.column(col)))
-        return dict(counts)
+        return dict(count_column_tokens(self.table, columns))
 
     def ship(self, write: Any) -> LocalShipment:
         return self.backend.ship(write)
 
 
-SPARK_ONLY = {  # perturb's settings that only Spark's release path takes, and why
+SPARK_ONLY = {  # a release's settings that only Spark's release path takes, and why
     "input_table": "--input-table reads a catalog table",
     "output_table": "--output-table writes a catalog table",
     "partition": "--partition releases one partition of a dataset (ETL)",
 }
 
 
-def _check_local_release(c: ReleaseSettings) -> None:
-    """A release the local engine can make: a whole local file or directory into a local directory."""
+def _check_local_release(c: ReleaseSettings) -> Path:
+    """A release the local engine can make: a whole local file or directory into a local directory; returns the
+    input's path."""
     for name, what in SPARK_ONLY.items():
         if getattr(c, name):
             raise ConfigError(f"{what}, which only Spark does: use --engine spark (pip install 'dpspark[spark]')")
     if not c.input or not c.output:
         raise ConfigError("an input and an output are required: --input PATH and --output PATH")
-    check_local(c.input)
     check_local(c.output)
+    return check_local(c.input)  # type: ignore[return-value]
 
 
 def _write(result: pa.Table, stage: str, run_id: str, keys: list[str]) -> None:
@@ -332,17 +329,17 @@ class LocalPerturb(PerturbRelease):
             tuple(c.spec.extra_columns),
             unit_column=column,
         )
-        written, sums, lengths = [], np.zeros(len(COUNT_NAMES), np.int64), Counter()
+        written, tokens = [], []
         for batch in out:
-            per_row = [np.asarray(batch.column(h).to_numpy(), np.int64) for h in hidden]
-            sums += [int(a.sum()) for a in per_row]
-            lengths.update(per_row[0].tolist())
+            tokens.append(np.stack([np.asarray(batch.column(h).to_numpy(), np.int64) for h in hidden]))
             written.append(pa.Table.from_batches([batch]).drop(hidden))
-        result = pa.concat_tables(written)
+        result, per_row = pa.concat_tables(written), np.concatenate(tokens, axis=1)  # COUNT_NAMES × rows
+        sums = per_row.sum(axis=1)
         _write(result, stage, run_id, keys)
         observed = {"rows": result.num_rows, **{n: int(v) for n, v in zip(COUNT_NAMES, sums) if n in self.sums()}}
         if c.unit_budget is not None and c.unit.kind != "column":
-            shape = units.shape_of(dict(lengths), c.allocation_of)
+            lengths, rows = np.unique(per_row[0], return_counts=True)
+            shape = units.shape_of(dict(zip(lengths.tolist(), rows.tolist())), c.allocation_of)
             observed |= {f"{units.SHAPE}{k}": v for k, v in shape.items()}
         return observed
 
@@ -406,7 +403,7 @@ def run_release_local(job: LocalPerturb | LocalVectors) -> dict[str, Any]:
     returns the manifest."""
     c = job.config
     started, t_start = commit.now(), time.time()
-    _check_local_release(c)
+    where = _check_local_release(c)
     fs = FileSystem(None)
     run_id = io.new_run_id()
     paths = io.Paths(fs, c.input, c.output, [], command=job.command)
@@ -416,10 +413,9 @@ def run_release_local(job: LocalPerturb | LocalVectors) -> dict[str, Any]:
     earlier = io.read_ledger(fs, paths.output) if existed else []
     clash = commit.check_rerelease(c, paths.output, None, earlier)
     removed = paths.remove_stale()
-    where = check_local(c.input)
-    keys = _partition_keys(where) if where is not None else []
+    keys = _partition_keys(where)
     table = job.check_table(read_local(c.input, strings=keys))
-    log.info(json.dumps({"event": f"{job.command}_started", "run_id": run_id, "partition": ledger.spec_text(None)}))
+    commit.log_started(job.command, run_id, None)
     stage = paths.stage_name(run_id)
     try:
         with LocalBackend(run_id) as backend:
@@ -439,16 +435,14 @@ def run_release_local(job: LocalPerturb | LocalVectors) -> dict[str, Any]:
                 "stale_temporaries_removed": len(removed),
                 "type_changes": [],  # pyarrow writes each column with the type it read
             }
-            manifest["duration_s"] = round(time.time() - t_start, 3)
-            manifest["status"] = "succeeded"  # the last key: a reader that sees it sees the whole manifest
+            commit.seal(manifest, t_start)
             commit.commit(fs, paths, stage, None, existed, earlier, entry, manifest, job.side_files())
     except BaseException:
         fs.remove(stage)
         raise
     finally:
         job.close()
-    finished = {"event": f"{job.command}_finished", "run_id": run_id, "counts": manifest["counts"]}
-    log.info(json.dumps({**finished, "duration_s": manifest["duration_s"], "status": manifest["status"]}))
+    commit.log_finished(job.command, run_id, manifest)
     return manifest
 
 

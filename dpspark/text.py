@@ -489,6 +489,15 @@ def count_tokens(texts: pa.ChunkedArray | pa.Array) -> Counter[str]:
     return counts
 
 
+def count_column_tokens(data: pa.RecordBatch | pa.Table, columns: list[str]) -> Counter[str]:
+    """Token → occurrences over ``columns`` of ``data`` together (``count_tokens`` of each): a corpus's counts,
+    a task's partial ones."""
+    counts: Counter[str] = Counter()
+    for col in columns:
+        counts.update(count_tokens(data.column(col)))
+    return counts
+
+
 def most_frequent(counts: Mapping[str, int], words: Mapping[str, int], size: int) -> list[str]:
     """The ``size`` most frequent tokens of ``counts`` that are in ``words``, ties by the token (a corpus-derived
     vocabulary: data-dependent, published by the output)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ from dpspark.run.inputs import read_local
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.scratch import scratch_dir
-from dpspark.text import count_tokens, decode_strings, length_counts, most_frequent
+from dpspark.text import count_column_tokens, count_tokens, decode_strings, length_counts, most_frequent
 
 log = logging.getLogger("dpspark")
 
@@ -242,8 +242,4 @@ class LocalBackend:
         return doc_exposures_of([rows], settings)
 
     def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:
-        table = self.corpus(path, columns)
-        counts: Counter[str] = Counter()
-        for col in columns:
-            counts.update(count_tokens(table.column(col)))
-        return most_frequent(counts, in_vocabulary, size)
+        return most_frequent(count_column_tokens(self.corpus(path, columns), columns), in_vocabulary, size)

@@ -5,7 +5,10 @@ the file system is ``dpspark.spark.fs.FileSystem``'s (a Hadoop one, or this mach
 
 from __future__ import annotations
 
+import json
+import logging
 import posixpath
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,9 +21,28 @@ from dpspark.spark import io
 from dpspark.spark.fs import FileSystem
 from dpspark.units import SHAPE
 
+log = logging.getLogger("dpspark")
+
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat()
+
+
+def log_started(command: str, run_id: str, spec: dict[str, str] | None) -> None:
+    log.info(json.dumps({"event": f"{command}_started", "run_id": run_id, "partition": ledger.spec_text(spec)}))
+
+
+def seal(manifest: dict[str, Any], t_start: float) -> dict[str, Any]:
+    """The manifest's last two keys: the run's seconds, then ``status`` (a reader that sees it sees the whole
+    manifest)."""
+    manifest["duration_s"] = round(time.time() - t_start, 3)
+    manifest["status"] = "succeeded"
+    return manifest
+
+
+def log_finished(command: str, run_id: str, manifest: dict[str, Any]) -> None:
+    fields = {"counts": manifest["counts"], "duration_s": manifest["duration_s"], "status": manifest["status"]}
+    log.info(json.dumps({"event": f"{command}_finished", "run_id": run_id, **fields}))
 
 
 def check_rerelease(

@@ -25,7 +25,6 @@ and the earlier output are as they were.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import warnings
@@ -115,7 +114,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
     if inp.spread:
         df = df.repartition(inp.spread)
     io.check_spec(inp.spec, inp.keys)
-    log.info(json.dumps({"event": f"{job.command}_started", "run_id": run_id, "partition": ledger.spec_text(inp.spec)}))
+    commit.log_started(job.command, run_id, inp.spec)
 
     stage = target.stage_name(run_id)
     save = target.save if table_out else (lambda writer, stage: writer.parquet(stage))
@@ -149,8 +148,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
             "stale_temporaries_removed": len(removed),
             "type_changes": changed,
         }
-        manifest["duration_s"] = round(time.time() - t_start, 3)
-        manifest["status"] = "succeeded"  # the last key: a reader that sees it sees the whole manifest
+        commit.seal(manifest, t_start)
         if table_out:
             target.commit(stage, inp.keys, inp.spec, existed, earlier, entry, manifest, job.side_files())
         else:
@@ -163,17 +161,7 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
         raise
     finally:
         job.close()
-    log.info(
-        json.dumps(
-            {
-                "event": f"{job.command}_finished",
-                "run_id": run_id,
-                "counts": manifest["counts"],
-                "duration_s": manifest["duration_s"],
-                "status": manifest["status"],
-            }
-        )
-    )
+    commit.log_finished(job.command, run_id, manifest)
     return manifest
 
 

@@ -28,7 +28,7 @@ from dpspark.run.transform import count_columns, perturb_partition, vector_parti
 from dpspark.spark.resources import resources
 from dpspark.text import (
     COLUMN_TYPES,
-    count_tokens,
+    count_column_tokens,
     row_tokens,
 )
 from dpspark.unit_table import UnitTable, id_key, partition_counts
@@ -75,8 +75,7 @@ def token_counts(df: DataFrame, *columns: str) -> dict[str, int]:
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         counts: Counter[str] = Counter()
         for b in batches:
-            for col in columns:
-                counts.update(count_tokens(b.column(col)))
+            counts.update(count_column_tokens(b, list(columns)))
         yield pa.RecordBatch.from_pydict(
             {"token": strings(list(counts)), "count": pa.array(list(counts.values()), pa.int64())}
         )
