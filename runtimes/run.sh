@@ -106,73 +106,121 @@ prepare() {  # one runtime's venv with this wheel: the cached image (built on a 
     stamp "$name: ready"
 }
 
-one() {  # one runtime: venv, install under the pins, suite; its table row goes to $WORK/$name.row
-    local name=$1 log=$WORK/$1.log start installed suite_s=0 resolves=no passed=0 failed=0 errors=0 venv twin lane=-
+ready() {  # one runtime's venv with this wheel (prepare, into its log): $WORK/$name.resolves, .install_s
+    local name=$1 log=$WORK/$1.log start resolves=no
     start=$(date +%s)
-    if [ "$reuse_wheel" = yes ] && [ -e "$WORK/$name.log" ]; then
+    if [ "$reuse_wheel" = yes ] && [ -e "$log" ]; then
         echo "== suite" >>"$log"  # the install's log (--install-only, earlier in this CI run) stays above
     else
         : >"$log"
     fi
     prepare "$name" >>"$log" 2>&1 && resolves=yes
-    installed=$(date +%s)
-    if [ "$resolves" = yes ] && [ "$install_only" = no ]; then
-        venv=$(cat "$WORK/$name.venv")
-        # runtime: the tests whose code path depends on pyspark, pyarrow, pandas, numpy or Python
-        # (CONTRIBUTING.md); the rest run once, in make test, the standalone-cluster tests included.
-        marks="runtime and not cluster" lane=all
-        twin=$(spark_twin "$name")
-        if [ -n "$twin" ] && [[ " ${names[*]} " == *" $twin "* ]]; then
-            if [ "$(spark_pins "$name")" = "$(spark_pins "$twin")" ]; then
-                marks="runtime and not cluster and not spark" lane="no spark: $twin's"
-            else  # the claim above went stale: the whole lane, and the table says why
-                lane="all: pins differ from $twin"
-            fi
-        fi
-        # pyspark 3.5's wheel has no Spark Connect server (its jar comes from Maven): the
-        # Connect tests then run this runtime's client against the checkout's newer server
-        # (the checkout's venv: DPSPARK_VENV, which make sets from its VENV; .venv by default).
-        connect_home=
-        if ! ls "$venv"/lib/python*/site-packages/pyspark/jars/spark-connect_*.jar >/dev/null 2>&1; then
-            connect_home=$("${DPSPARK_VENV:-$ROOT/.venv}/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
-        fi
-        # Tests import the installed wheel (not the checkout) from a directory of their own outside the
-        # repo (runtimes run side by side: nothing either writes to its working directory is shared).
-        mkdir -p "$WORK/$name.cwd"
-        stamp "$name: suite" >>"$log"
-        # One BLAS and torch thread per process, as make test: two runtimes share the cores already.
-        (cd "$WORK/$name.cwd" && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-            DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs \
-            --durations=25 -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" -m "$marks" "$ROOT/tests") >>"$log" 2>&1
-        summary=$(grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$log" | tail -n 1)
-        passed=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
-        failed=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
-        errors=$(grep -oE '[0-9]+ error' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
-        suite_s=$(($(date +%s) - installed))
-    fi
-    minutes() { awk "BEGIN {printf \"%.1f\", $1 / 60}"; }
-    printf '| %-13s | %-8s | %6s | %6s | %6s | %7s | %5s | %-24s |\n' "$name" "$resolves" "$passed" "$failed" \
-        "$errors" "$(minutes $((installed - start)))" "$(minutes "$suite_s")" "$lane" >"$WORK/$name.row"
-    if [ "$resolves" != yes ] || { [ "$install_only" = no ] && { [ "$failed" != 0 ] || [ "$errors" != 0 ] || [ "$passed" = 0 ]; }; }; then
-        echo "--- $name failed; the end of $log:" >&2
-        tail -n 40 "$log" >&2
-        return 1
-    fi
-    touch "$WORK/$name.ok"
+    echo "$resolves" >"$WORK/$name.resolves"
+    echo $(($(date +%s) - start)) >"$WORK/$name.install_s"
 }
 
-rm -f "$WORK/runtimes.table" "$WORK/install.table"
-# Runtimes run side by side, RUNTIMES_JOBS at a time (default 2): one suite leaves about 40% of
-# two cores idle (JVM start, Python workers, small jobs), and installs wait on the network.
+# runtime: the tests whose code path depends on pyspark, pyarrow, pandas, numpy or Python (CONTRIBUTING.md);
+# the rest run once, in make test, the standalone-cluster tests included. A runtime's lane runs as two shards
+# side by side with the other runtimes' shards: its `spark` tests (sessions, Connect, the notebooks: about
+# three quarters of its time) and the rest. One job per runtime left a lone Spark suite at the end of CI on
+# 2 cores (dbr-17.3-lts's, 7 of its 8.8 minutes alone); shards keep both lanes busy to the end.
+SPARK_SHARD="runtime and not cluster and spark"
+REST_SHARD="runtime and not cluster and not spark"
+
+lane_of() {  # the runtime's lane: "SHARD..." of spark and rest, and the table's words for it
+    local name=$1 twin
+    twin=$(spark_twin "$name")
+    if [ -n "$twin" ] && [[ " ${names[*]} " == *" $twin "* ]]; then
+        if [ "$(spark_pins "$name")" = "$(spark_pins "$twin")" ]; then
+            echo "rest|no spark: $twin's"
+            return
+        fi
+        echo "spark rest|all: pins differ from $twin"  # the claim above went stale: the table says why
+        return
+    fi
+    echo "spark rest|all"
+}
+
+suite() {  # one shard of one runtime's lane: its counts to $WORK/$name.$shard.counts, its log beside them
+    local name=$1 shard=$2 marks log=$WORK/$1.$2.log venv start passed failed errors summary connect_home=
+    [ "$shard" = spark ] && marks=$SPARK_SHARD || marks=$REST_SHARD
+    start=$(date +%s)
+    venv=$(cat "$WORK/$name.venv")
+    # pyspark 3.5's wheel has no Spark Connect server (its jar comes from Maven): the
+    # Connect tests then run this runtime's client against the checkout's newer server
+    # (the checkout's venv: DPSPARK_VENV, which make sets from its VENV; .venv by default).
+    if ! ls "$venv"/lib/python*/site-packages/pyspark/jars/spark-connect_*.jar >/dev/null 2>&1; then
+        connect_home=$("${DPSPARK_VENV:-$ROOT/.venv}/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+    fi
+    # Tests import the installed wheel (not the checkout) from a directory of their own outside the
+    # repo (shards run side by side: nothing one writes to its working directory is shared).
+    mkdir -p "$WORK/$name.$shard.cwd"
+    stamp "$name: $shard shard ($marks)" >"$log"
+    # One BLAS and torch thread per process, as make test: two shards share the cores already.
+    (cd "$WORK/$name.$shard.cwd" && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+        DPSPARK_CONNECT_SPARK_HOME=$connect_home "$venv/bin/python" -m pytest -q -rs \
+        --durations=25 -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" -m "$marks" "$ROOT/tests") >>"$log" 2>&1
+    summary=$(grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$log" | tail -n 1)
+    passed=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+    failed=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+    errors=$(grep -oE '[0-9]+ error' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+    echo "$passed $failed $errors $(($(date +%s) - start))" >"$WORK/$name.$shard.counts"
+    stamp "$name: $shard shard done" >>"$log"
+}
+
+minutes() { awk "BEGIN {printf \"%.1f\", $1 / 60}"; }
+
+row() {  # one runtime's table row (to $WORK/$name.row); fails when it did not resolve or a shard failed
+    local name=$1 resolves shards lane shard passed=0 failed=0 errors=0 suite_s=0 p f e s ok=yes
+    resolves=$(cat "$WORK/$name.resolves" 2>/dev/null || echo no)
+    IFS='|' read -r shards lane <<<"$(lane_of "$name")"
+    if [ "$install_only" = yes ] || [ "$resolves" != yes ]; then
+        lane=-
+    else
+        for shard in $shards; do
+            read -r p f e s <"$WORK/$name.$shard.counts" 2>/dev/null || { p=0 f=0 e=0 s=0; }
+            passed=$((passed + p)) failed=$((failed + f)) errors=$((errors + e)) suite_s=$((suite_s + s))
+            if [ "$f" != 0 ] || [ "$e" != 0 ] || [ "$p" = 0 ]; then
+                ok=no
+                echo "--- $name's $shard shard failed; the end of $WORK/$name.$shard.log:" >&2
+                tail -n 40 "$WORK/$name.$shard.log" >&2
+            fi
+        done
+    fi
+    [ "$resolves" = yes ] || { ok=no; echo "--- $name failed; the end of $WORK/$name.log:" >&2; tail -n 40 "$WORK/$name.log" >&2; }
+    printf '| %-13s | %-8s | %6s | %6s | %6s | %7s | %5s | %-24s |\n' "$name" "$resolves" "$passed" "$failed" \
+        "$errors" "$(minutes "$(cat "$WORK/$name.install_s" 2>/dev/null || echo 0)")" "$(minutes "$suite_s")" \
+        "$lane" >"$WORK/$name.row"
+    [ "$ok" = yes ]
+}
+
+# Jobs run side by side, RUNTIMES_JOBS at a time (default 2): the installs first (they wait on the network
+# and the disk), then every runtime's shards, the Spark shards first (the longest first, so the short ones
+# fill in at the end).
 lanes=${RUNTIMES_JOBS:-2}
+throttle() { while [ "$(jobs -rp | wc -l)" -ge "$lanes" ]; do wait -n; done; }
+rm -f "$WORK/runtimes.table" "$WORK/install.table"
 for name in "${names[@]}"; do
-    rm -f "$WORK/$name.row" "$WORK/$name.ok"
-    while [ "$(jobs -rp | wc -l)" -ge "$lanes" ]; do wait -n; done
-    one "$name" &
+    rm -f "$WORK/$name.row" "$WORK/$name.resolves" "$WORK/$name.install_s" "$WORK/$name".*.counts
+    throttle
+    ready "$name" &
 done
 wait
+if [ "$install_only" = no ]; then
+    for want in spark rest; do
+        for name in "${names[@]}"; do
+            [ "$(cat "$WORK/$name.resolves")" = yes ] || continue
+            IFS='|' read -r shards _ <<<"$(lane_of "$name")"
+            [[ " $shards " == *" $want "* ]] || continue
+            throttle
+            stamp "$name: $want shard" >>"$WORK/$name.log"
+            suite "$name" "$want" &
+        done
+    done
+    wait
+fi
 status=0
-for name in "${names[@]}"; do [ -e "$WORK/$name.ok" ] || status=1; done
+for name in "${names[@]}"; do row "$name" || status=1; done
 
 table=$WORK/runtimes.table
 [ "$install_only" = yes ] && table=$WORK/install.table
