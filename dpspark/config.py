@@ -412,8 +412,9 @@ def token_or_document(value: Any, why_not_column: str) -> str:
 
 def check_unit_mechanism(name: str, budget: float, release: units.PrivacyUnit | None = None) -> None:
     """The mechanisms a privacy unit other than the token cannot take, refused in one sentence. ``release``: the
-    unit of a release (perturb), where a text-level mechanism's draws share a document unit's budget as tokens
-    do; without it (the measuring commands, which measure per token) a text-level mechanism is refused."""
+    unit of a release (perturb), where a text-level mechanism's draws share a unit's budget as tokens do (a
+    document's, or a person's over their rows); without it (the measuring commands, which measure per token) a
+    text-level mechanism is refused."""
     kind = mechanisms.REGISTRY[name].guarantee_type
     if kind == "none":
         units.unit_bound(kind, budget, None)  # its one sentence
@@ -422,12 +423,7 @@ def check_unit_mechanism(name: str, budget: float, release: units.PrivacyUnit | 
     if release is None:
         raise ValueError(
             f"{name} draws whole documents, which the measuring commands do not measure under a privacy unit yet: "
-            "use the token unit, or another mechanism (perturb releases it per document)"
-        )
-    if release.kind == "column":
-        raise ValueError(
-            f"{name} draws whole documents: under --privacy-unit {release.label()} a person's draws would have to be "
-            "counted over their rows, which the count pass does not do yet: use --privacy-unit document"
+            "use the token unit, or another mechanism (perturb releases it per document or per person)"
         )
 
 
@@ -532,6 +528,7 @@ class PerturbConfig(ReleaseSettings, EmbeddingSettings, IndexSettings, Mechanism
             mechanisms.REGISTRY[self.mechanism].text_level
             and self.allocation_of.kind == "cap"
             and self.over_cap == "refuse"
+            and self.unit.kind == "document"  # a column: unit's count pass counts the draws (dpspark.run.perturb)
         ):
             raise ValueError(
                 f"{self.mechanism}'s draws per document follow the vocabulary, which the count before the release "

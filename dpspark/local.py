@@ -55,7 +55,7 @@ from dpspark.run.inputs import check_local, read_local
 from dpspark.run.local import BATCH_ROWS, LocalBackend, LocalShipment, local_bundle
 from dpspark.run.perturb import PerturbRelease
 from dpspark.run.settings import LABEL, TEXT
-from dpspark.run.transform import count_columns, perturb_partition, vector_partition
+from dpspark.run.transform import count_columns, perturb_partition, row_draws, vector_partition
 from dpspark.run.vectors import VectorsRelease
 from dpspark.spark import commit, io
 from dpspark.spark.fs import FileSystem
@@ -249,8 +249,11 @@ class LocalPasses:
     def __init__(self, table: pa.Table, backend: LocalBackend) -> None:
         self.table, self.backend = table, backend
 
-    def unit_counts(self, unit_column: str, columns: list[str], job_key: bytes) -> tuple[UnitTable, int]:
-        keys, sums, nulls = partition_counts(self.table.to_batches(), unit_column, columns, id_key(job_key))
+    def unit_counts(
+        self, unit_column: str, columns: list[str], job_key: bytes, shipment: LocalShipment | None = None
+    ) -> tuple[UnitTable, int]:
+        lengths = None if shipment is None else row_draws(lambda: local_bundle(shipment.name), columns)
+        keys, sums, nulls = partition_counts(self.table.to_batches(), unit_column, columns, id_key(job_key), lengths)
         return UnitTable.build(np.zeros(len(keys), np.int64), keys, sums), nulls
 
     def over_cap(self, columns: list[str], cap: int) -> tuple[int, int]:

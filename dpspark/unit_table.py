@@ -24,7 +24,7 @@ The table holds 64-bit keyed hashes and counts: no id, no text, no key. Pure num
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,14 +72,19 @@ def task_counts(hashes: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def partition_counts(
-    batches: Iterable[pa.RecordBatch], unit_column: str, columns: list[str], key: bytes
+    batches: Iterable[pa.RecordBatch],
+    unit_column: str,
+    columns: list[str],
+    key: bytes,
+    lengths: Callable[[pa.RecordBatch], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """One partition's count pass (``task_counts`` over its batches): its hashed ids, each one's tokens over
-    ``columns``, and how many of its rows have a null id."""
+    ``columns`` (or, with ``lengths``, what ``lengths(batch)`` gives each row: a text-level mechanism's draws,
+    ``dpspark.run.transform.row_draws``), and how many of its rows have a null id."""
     hashes, tokens, nulls = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
     for b in batches:
         h, null = id_hashes(b.column(unit_column), key)
-        n = row_tokens(b, columns)
+        n = row_tokens(b, columns) if lengths is None else lengths(b)
         hashes.append(h[~null])
         tokens.append(n[~null])
         nulls += int(null.sum())

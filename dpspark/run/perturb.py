@@ -36,7 +36,9 @@ MEDIAN_SHARE = " (the median unit's share of the unit budget)"
 class Passes(Protocol):
     """What the job asks of the engine that holds the input, before anything is prepared."""
 
-    def unit_counts(self, unit_column: str, columns: list[str], job_key: bytes) -> tuple[UnitTable, int]: ...
+    def unit_counts(
+        self, unit_column: str, columns: list[str], job_key: bytes, shipment: Shipment | None = None
+    ) -> tuple[UnitTable, int]: ...  # with a shipment: each row's draws (``dpspark.run.transform.row_draws``)
 
     def over_cap(self, columns: list[str], cap: int) -> tuple[int, int]: ...  # documents over the cap, the longest
 
@@ -198,10 +200,11 @@ class PerturbRelease:
         alloc = c.allocation_of
         self.job_key = new_job_key(c.seed)
         columns = list(c.columns)
-        if c.unit.kind == "column":  # each person's tokens over the input: keyed hashes, before anything is prepared
-            self.table, nulls = passes.unit_counts(str(c.unit.column), columns, self.job_key)
-            refuse_null_ids(nulls, c)
-            units.check_units(self.table.unit_totals(), float(c.unit_budget), alloc)  # type: ignore[arg-type]
+        # A column: unit's count: each person's tokens over the input (keyed hashes), before anything is prepared;
+        # a text-level mechanism's draws follow the vocabulary, counted after the bundle is shipped (below).
+        draws = c.unit.kind == "column" and c.spec.text_level
+        if c.unit.kind == "column" and not draws:
+            self.count_units(passes)
         elif alloc.kind == "cap" and alloc.over_cap == "refuse":  # before anything is prepared or written
             units.refuse_over_cap(*passes.over_cap(columns, int(alloc.cap)), alloc)  # type: ignore[arg-type]
         workdir = scratch_dir() / f"index-{run_id}"
@@ -211,9 +214,21 @@ class PerturbRelease:
             else:
                 self.prepared = prepare(c, workdir=workdir)
             self.shipment = passes.ship(self.write_bundle)
+            if draws:  # each person's draws, by the shipped bundle; then the bundle again, with the table
+                self.count_units(passes, self.shipment)
+                self.shipment.close()
+                self.shipment = passes.ship(self.write_bundle)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         self.unchanged = unchanged_warning(self.prepared) if c.unit.is_token else None  # a unit's: after the pass
+
+    def count_units(self, passes: Passes, shipment: Shipment | None = None) -> None:
+        """A ``column:`` unit's table (``dpspark.unit_table``: each person's tokens, or with the mechanism's
+        ``shipment`` its draws), checked: no null id, the unit's budget against its shape."""
+        c = self.config
+        self.table, nulls = passes.unit_counts(str(c.unit.column), list(c.columns), self.job_key, shipment)
+        refuse_null_ids(nulls, c)
+        units.check_units(self.table.unit_totals(), float(c.unit_budget), c.allocation_of)  # type: ignore[arg-type]
 
     def _prepare_from_corpus(self, counts: dict[str, int], workdir: Path) -> Prepared:
         """The preparation of a vocabulary derived from the corpus (``vocab_from_corpus``: its most frequent

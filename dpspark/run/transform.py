@@ -58,6 +58,19 @@ def perturb_partition(
         yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 
+def row_draws(load: Callable[[], Any], columns: list[str]) -> Callable[[pa.RecordBatch], np.ndarray]:
+    """Each row's draws over ``columns`` for a text-level mechanism (SynTF: ``TextPerturber.documents``, one per
+    token with a vector or the spec's ``draws`` per text), with the bundle ``load()`` gives (loaded at the first
+    batch): what a ``column:`` unit's count pass sums for that mechanism in place of tokens, as its release
+    allocates a unit's budget over draws."""
+
+    def lengths(batch: pa.RecordBatch) -> np.ndarray:
+        perturber = load().perturber(False)
+        return sum((perturber.documents(batch.column(c)).draws for c in columns), np.zeros(batch.num_rows, np.int64))
+
+    return lengths
+
+
 def mean_vectors(texts: list[str | None], vectors: np.ndarray, words: WordRows) -> tuple[np.ndarray, np.ndarray]:
     """Mean embedding of each text's tokens (texts without an embedded token get the zero vector).
 

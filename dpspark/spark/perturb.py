@@ -64,8 +64,10 @@ class SparkPasses:
     def __init__(self, df: DataFrame, spark: SparkSession) -> None:
         self.df, self.spark = df, spark
 
-    def unit_counts(self, unit_column: str, columns: list[str], job_key: bytes) -> tuple[UnitTable, int]:
-        return unit_counts(self.df, unit_column, columns, job_key)
+    def unit_counts(
+        self, unit_column: str, columns: list[str], job_key: bytes, shipment: resources.Shipment | None = None
+    ) -> tuple[UnitTable, int]:
+        return unit_counts(self.df, unit_column, columns, job_key, None if shipment is None else shipment.name)
 
     def over_cap(self, columns: list[str], cap: int) -> tuple[int, int]:
         return units_over_cap(self.df, columns, cap)

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_type
 
-from dpspark.run.transform import count_columns, perturb_partition, vector_partition
+from dpspark.run.transform import count_columns, perturb_partition, row_draws, vector_partition
 from dpspark.spark.resources import resources
 from dpspark.text import (
     COLUMN_TYPES,
@@ -124,14 +124,18 @@ def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, in
     return int(over or 0), int(most or 0)
 
 
-def unit_counts(df: DataFrame, unit_column: str, columns: list[str], job_key: bytes) -> tuple[UnitTable, int]:
-    """A ``column:`` unit's count pass (``dpspark.unit_table``): each task sums the tokens of ``columns`` per
-    keyed hash of ``unit_column`` in its partition; the partial counts reach the driver as task results (no
-    shuffle, docs/shuffles.md). Returns the table and how many rows have a null id."""
+def unit_counts(
+    df: DataFrame, unit_column: str, columns: list[str], job_key: bytes, bundle: str | None = None
+) -> tuple[UnitTable, int]:
+    """A ``column:`` unit's count pass (``dpspark.unit_table``): each task sums the tokens of ``columns`` (with
+    the shipped ``bundle`` of a text-level mechanism: each row's draws, ``row_draws``) per keyed hash of
+    ``unit_column`` in its partition; the partial counts reach the driver as task results (no shuffle,
+    docs/shuffles.md). Returns the table and how many rows have a null id."""
     key = id_key(job_key)
 
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        keys, sums, nulls = partition_counts(batches, unit_column, columns, key)
+        lengths = None if bundle is None else row_draws(partial(resources, bundle), columns)
+        keys, sums, nulls = partition_counts(batches, unit_column, columns, key, lengths)
         part = _task_partition()  # then a row of the task's null ids, at partition -1
         yield pa.RecordBatch.from_pydict(
             {

@@ -221,6 +221,36 @@ def test_perturb_units_run_locally_with_their_shape(tmp_path):
     assert pq.read_table(tmp_path / "col").column("user").to_pylist() == users
 
 
+def test_syntf_per_person_shares_the_budget_over_their_rows_draws(tmp_path, capsys):
+    """SynTF under a column: unit (issue 41): a person's draws over all their rows share E, counted with the
+    vocabulary once the bundle is shipped. One row per person is the document unit, draw for draw; two rows per
+    person spread E over both rows' draws; under cap:K a person's draws after the K-th (rows in order) are the
+    placeholder, and --over-cap refuse names the people over the cap."""
+    path = tmp_path / "in.parquet"
+    pairs = ["a", "a", "b", "b", "c", "c"]  # draws (tokens with a vector): a 10 + 7, b 7 + 7, c 0 + 0
+    pq.write_table(pa.table({"text": TEXTS, "user": [f"p{i}" for i in range(6)], "pair": pairs}), path)
+    base = ["--input", str(path), "--columns", "text", "--mechanism", "syntf", "--unit-budget", "40"]
+    runs = {"doc": ["document"], "user": ["column:user"], "pair": ["column:pair"]}
+    runs["cap"] = ["column:pair", "--allocation", "cap:12"]
+    for name, unit in runs.items():
+        assert _perturb_local([*base, "--output", str(tmp_path / name), "--privacy-unit", *unit]) == 0
+    read = {name: pq.read_table(tmp_path / name) for name in runs}
+    manifest = {name: json.loads((tmp_path / name / "_dpspark_manifest.json").read_text()) for name in runs}
+    for column in ("text", "text_tf"):
+        assert read["user"].column(column).equals(read["doc"].column(column)), column
+    pair, counts = manifest["pair"], manifest["pair"]["unit_counts"]
+    assert counts["units"] == 3 and counts["tokens_per_unit"]["max"] == 17
+    per_draw = counts["token_epsilon"]
+    assert per_draw["min"] == pytest.approx(40 / 17) and per_draw["max"] == pytest.approx(40 / 14)
+    assert pair["privacy_unit"]["column"] == "pair" and "draw of a synthetic document" in pair["guarantee"]
+    placeholders = [t.split().count("[UNK]") if t else 0 for t in read["cap"].column("text").to_pylist()]
+    assert placeholders == [0, 5, 0, 2, 0, 0]  # a: 10 drawn, then 2 of 7; b: 7, then 5 of 7
+    assert manifest["cap"]["counts"]["placeholders"] == 7
+    argv = ["perturb", "--engine", "local", "--vocab-size", "2000", *base, "--output", str(tmp_path / "out")]
+    argv += ["--privacy-unit", "column:pair", "--allocation", "cap:12", "--over-cap", "refuse"]
+    refused(capsys, tmp_path, argv, 2, "2 unit(s) hold more than the cap of 12 tokens (the longest 17)")
+
+
 def test_perturb_keeps_a_partitioned_directory_partitioned(tmp_path):
     """A Hive-partitioned input (date=…) comes back partitioned the same way, its values read as strings (as
     Spark's release reads them)."""

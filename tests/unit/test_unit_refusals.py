@@ -40,10 +40,6 @@ CASES = [
     ),
     (["--privacy-unit", "document", "--unit-budget", "6", "--oov", "drop"], ["use unk or random"]),
     (
-        ["--privacy-unit", "column:user", "--unit-budget", "60", "--mechanism", "syntf"],
-        ["syntf draws whole documents", "use --privacy-unit document"],
-    ),
-    (
         ["--privacy-unit", "document", "--unit-budget", "60", "--mechanism", "syntf", "--allocation", "cap:5"]
         + ["--over-cap", "refuse"],
         ["draws per document follow the vocabulary", "--over-cap placeholder"],
