@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -116,23 +113,3 @@ def test_compare_on_a_text_column_of_empty_strings(spark, tmp_path, capsys):
         assert err[-1].startswith(f"dpspark compare: error: {message}"), err[-1]
         assert snapshot(tmp_path) == before and not out.exists()
     assert "the same text always fall on the same side" in err[-1]
-
-
-def test_quiet_hides_the_jvms_incubator_notice(tmp_path, dataset):
-    """A fresh process, whose JVM starts with Spark's --add-modules=jdk.incubator.vector: --quiet prints the
-    result line alone."""
-    drop = (
-        "PYSPARK_SUBMIT_ARGS",
-        "SPARK_SUBMIT_OPTS",
-        "SPARK_LOCAL_IP",
-        "PYSPARK_GATEWAY_PORT",
-        "PYSPARK_GATEWAY_SECRET",
-    )
-    env = {**{k: v for k, v in os.environ.items() if k not in drop}, "PYSPARK_PYTHON": sys.executable}
-    argv = ["perturb", "--input", str(dataset), "--output", str(tmp_path / "out"), "--columns", "text"]
-    argv += ["--epsilon", "6", *VOCAB, "--master", "local[1]", "--quiet"]
-    code = f"import sys; from dpspark.cli import main; sys.exit(main({argv!r}))"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert "incubator" not in done.stderr and done.stderr.strip() == "", done.stderr
-    assert done.stdout.startswith("dpspark perturb: released ")
