@@ -159,7 +159,7 @@ HELP_METAVARS: dict[str, str] = {
     "text_column": "COL",
     "label_column": "COL",
     "utility_metric": "METRIC",
-    "privacy_unit": "token|document",
+    "privacy_unit": "token|document|column:NAME",
     "unit_budget": "E",
     "unit_budgets": "E[,E...]",
     "allocation": "scale|cap:K",

@@ -402,14 +402,6 @@ class MechanismSettings(MechanismParameters):  # type: ignore[misc, valid-type]
         return mechanisms.parse({"name": self.mechanism, "epsilon": epsilon, **self.mechanism_values()})
 
 
-def token_or_document(value: Any, why_not_column: str) -> str:
-    """A privacy unit's label, the token or the document: a ``column:`` unit is refused with ``why_not_column``."""
-    unit = units.PrivacyUnit.parse(value)
-    if unit.kind == "column":
-        raise ValueError(f"{unit.label()}: {why_not_column}; use token or document")
-    return unit.label()
-
-
 def check_unit_mechanism(name: str, budget: float, release: units.PrivacyUnit | None = None) -> None:
     """The mechanisms a privacy unit other than the token cannot take, refused in one sentence. ``release``: the
     unit of a release (perturb), where a text-level mechanism's draws share a unit's budget as tokens do (a
@@ -725,8 +717,9 @@ class UnitGridSettings(Settings):
 
     privacy_unit: str = Field(
         default="token",
-        description="what one guarantee protects: token (default: the grid is --epsilons per token) or document "
-        "(one row's text: the grid is --unit-budgets, each row's tokens sharing E); docs/privacy-units.md",
+        description="what one guarantee protects: token (default: the grid is --epsilons per token), document "
+        "(one row's text: the grid is --unit-budgets, each row's tokens sharing E) or column:NAME[@ID_SPACE] (every "
+        "row that shares NAME's value: a person's tokens over all their rows share E); docs/privacy-units.md",
     )
     unit_budgets: list[float] | None = Field(
         default=None,
@@ -743,9 +736,7 @@ class UnitGridSettings(Settings):
         lambda cls, v: None if v is None else [units.check_unit_budget(x) for x in _comma_list(v)]
     )
 
-    _privacy_unit = before("privacy_unit")(
-        lambda cls, v: token_or_document(v, "the measuring commands take the token or the document unit so far")
-    )
+    _privacy_unit = before("privacy_unit")(lambda cls, v: units.PrivacyUnit.parse(v).label())
     _allocation = before("allocation")(lambda cls, v: units.Allocation.parse(v).label())
 
     @whole
@@ -766,6 +757,16 @@ class UnitGridSettings(Settings):
             raise ValueError(f"a {self.privacy_unit} unit needs its budgets: give --unit-budgets (e.g. 20,60,200)")
         for spec in self.settings():
             check_unit_mechanism(spec.name, spec.epsilon)
+        texts = [*getattr(self, "columns", []), getattr(self, "text_column", None)]
+        if self.unit.column is not None and self.unit.column in texts:
+            raise ValueError(
+                f"the unit column {self.unit.column!r} is also the text column: a unit's id groups the rows whose text "
+                "is measured; choose another id column"
+            )
+
+    @property
+    def unit(self) -> units.PrivacyUnit:
+        return units.PrivacyUnit.parse(self.privacy_unit)
 
     def grid_values(self) -> list[float] | None:
         return self.epsilons if self.privacy_unit == "token" else self.unit_budgets
@@ -815,8 +816,9 @@ class StatsConfig(OutputSettings, SparkSettings, EmbeddingSettings, IndexSetting
             raise ValueError("corpus needs --columns: the text columns to take words from")
         if self.privacy_unit != "token" and not self.corpus:
             raise ValueError(
-                f"a {self.privacy_unit} unit's budget is shared by the tokens of each document: give the documents "
-                "(--corpus PARQUET --columns COL; each row is one), whose shape sets the per-token ε measured"
+                f"a {self.privacy_unit} unit's budget is shared by the tokens of each unit: give the documents "
+                "(--corpus PARQUET --columns COL; each row is one, or a part of its person's under a column: unit), "
+                "whose shape sets the per-token ε measured"
             )
 
 
@@ -948,6 +950,15 @@ class EvaluateUtilityConfig(CorpusGridSettings):
     def _distinct_columns(self) -> None:
         if self.label_column == self.text_column:
             raise ValueError(f"text_column and label_column are the same column ({self.text_column!r})")
+
+    @whole
+    def _person_unit(self) -> None:
+        if self.unit.kind == "column":
+            raise ValueError(
+                f"--privacy-unit {self.privacy_unit}: the utility is measured on the release's own transform, which "
+                "walks a person's rows in a release's order, not a split's halves: measure per document here, and a "
+                "person's Nw, Sw and re-identification with privacy-stats --corpus or privacy-risk (they take it)"
+            )
 
     @property
     def write_mode(self) -> str:

@@ -51,7 +51,7 @@ from dpspark.run import stats as run_stats
 from dpspark.run import utility as run_utility
 from dpspark.run import vectors as run_vectors
 from dpspark.run.compare import CompareRun
-from dpspark.run.inputs import check_local, read_local
+from dpspark.run.inputs import check_local, column_kinds, read_local
 from dpspark.run.local import BATCH_ROWS, LocalBackend, LocalShipment, local_bundle
 from dpspark.run.perturb import PerturbRelease
 from dpspark.run.settings import LABEL, TEXT
@@ -129,9 +129,9 @@ def run_privacy_risk_local(config: RiskConfig) -> dict[str, Any]:
     check_local(config.input)
     with measure_output(None, config, "privacy-risk") as out:
         t0 = time.perf_counter()
-        table = read_local(config.input, [config.text_column])
-        _text_column(table, config.text_column)
         with LocalBackend(out.run_id) as backend:
+            table = backend.corpus(config.input, [config.text_column], config.unit)  # a column: unit's ids beside
+            _text_column(table, config.text_column)
             manifest = {**run_risk.assess(backend, config, table, out.local, started, t0), "engine": "local"}
         out.commit(manifest)
     return manifest
@@ -305,11 +305,10 @@ class LocalPerturb(PerturbRelease):
 
     def check_table(self, table: pa.Table) -> pa.Table:
         """The input's columns as Spark's release checks them (``dpspark.run.perturb``'s checks, pyarrow's types)."""
-        kinds = {f.name: str(f.type) for f in table.schema}
+        kinds, nested = column_kinds(table)
         text = {f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)}
-        nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
         run_perturb.check_columns(kinds, text, self.config)
-        run_perturb.check_unit_column(kinds, nested, self.config)
+        units.check_unit_column(kinds, nested, self.config.unit)
         return table
 
     def prepare_local(self, table: pa.Table, backend: LocalBackend, run_id: str) -> None:

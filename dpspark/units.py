@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from dpspark import params
-from dpspark.errors import ConfigError
+from dpspark.errors import ConfigError, InputDataError
 
 UNIT_KINDS = ("token", "document", "column")
 ALLOCATIONS = ("scale", "cap")
@@ -354,3 +354,31 @@ def unit_bound(
         f"a mechanism of guarantee type {guarantee_type!r} states no bound dpspark can spread over a unit: use the "
         "token unit (--privacy-unit token) or another mechanism"
     )
+
+
+def check_unit_column(kinds: dict[str, str], nested: set[str], unit: PrivacyUnit) -> None:
+    """A ``column:`` unit's id column exists and holds one value per row (``kinds``: every input column's type as
+    the engine names it; ``nested``: the array, map and struct columns, which it must not be)."""
+    if unit.kind != "column":
+        return
+    if unit.column not in kinds:
+        raise InputDataError(
+            f"the unit column {unit.column!r} (--privacy-unit {unit.label()}) is not in the input; available "
+            f"columns: {', '.join(kinds)}"
+        )
+    if unit.column in nested:
+        raise InputDataError(
+            f"the unit column {unit.column!r} has type {kinds[unit.column]}: a unit's id is one value per row (a "
+            "string, a number or a date); choose a scalar id column, or derive one first (e.g. a struct's field)"
+        )
+
+
+def refuse_null_ids(nulls: int, unit: PrivacyUnit) -> None:
+    """A ``column:`` unit's rows without an id: refused, naming how many (a null is no person)."""
+    if nulls:
+        name = unit.column
+        raise InputDataError(
+            f"{nulls:,} row(s) have no {name} (null): a row without an id belongs to no unit, and its tokens would "
+            f"share no budget; drop or fill them first (e.g. a view WHERE {name} IS NOT NULL), or use "
+            "--privacy-unit document"
+        )

@@ -17,6 +17,7 @@ import numpy as np
 
 from dpspark.npy import load_npy
 from dpspark.progress import Progress
+from dpspark.units import PrivacyUnit
 
 Data = Any  # a backend's handle to a table (a DataFrame for Spark): a runner only passes it back
 
@@ -101,6 +102,11 @@ class Backend(Protocol):
 
     def length_counts(self, data: Data, columns: list[str]) -> dict[int, int]: ...  # a row's tokens → rows (unit shape)
 
+    def person_lengths(self, data: Data, columns: list[str], unit: PrivacyUnit) -> dict[int, int]:
+        """A ``column:`` unit's shape over ``data``: a person's tokens over ``columns`` in all their rows → people,
+        counted per keyed hash of the id where the rows are (``dpspark.unit_table``: no id leaves a task); the id
+        column checked, rows without an id refused (``dpspark.units.refuse_null_ids``)."""
+
     def perturbed(
         self, data: Data, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False
     ) -> Data: ...  # the release's transform of the text column (``keep``: the original beside it)
@@ -124,7 +130,8 @@ class Backend(Protocol):
         """The Nw/Sw combiner (``dpspark.engine.nw_sw``) folded over the work items where they are drawn:
         (setting, word) → (Nw, Sw, K)."""
 
-    def corpus(self, path: str, columns: list[str]) -> Data: ...  # a corpus Parquet's text columns (checked)
+    def corpus(self, path: str, columns: list[str], unit: PrivacyUnit | None = None) -> Data:
+        """A corpus Parquet's text ``columns`` (checked), and a ``column:`` unit's id column (checked) beside them."""
 
     def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:
         """The ``size`` most frequent words of ``in_vocabulary`` in the text ``columns`` of the input at ``path``."""

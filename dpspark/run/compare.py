@@ -63,7 +63,16 @@ from dpspark.progress import Costs, duration, eta_line, log_progress, periodical
 from dpspark.rng import derive_key, derived_generator, new_job_key
 from dpspark.run.backend import Backend, Data, Shipment
 from dpspark.run.risk import risk_rows
-from dpspark.run.settings import ORIGINAL, TEXT, prepare_settings, setting_key, token_spec, unit_grid, unit_line
+from dpspark.run.settings import (
+    ORIGINAL,
+    TEXT,
+    prepare_settings,
+    setting_key,
+    token_spec,
+    unit_grid,
+    unit_line,
+    unit_word,
+)
 from dpspark.scratch import scratch_dir
 from dpspark.text import tokenize
 from dpspark.wordfiles import read_word_list, warn_unmatched
@@ -372,7 +381,7 @@ class CompareRun:
             return None
         return (
             f"{line} Re-identification, the unchanged share and Nw/Sw are measured per token at the median "
-            f"{self.unit['privacy_unit']['kind']}'s ε (compare.parquet's token_epsilon); utility and the text "
+            f"{unit_word(self.unit)}'s ε (compare.parquet's token_epsilon); utility and the text "
             "metrics come from the unit releases themselves."
         )
 

@@ -31,6 +31,11 @@ def input_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def column_kinds(table: pa.Table) -> tuple[dict[str, str], set[str]]:
+    """Every column's type as pyarrow names it, and the array, map and struct columns among them."""
+    return {f.name: str(f.type) for f in table.schema}, {f.name for f in table.schema if pa.types.is_nested(f.type)}
+
+
 def check_local(path: str | None) -> Path | None:
     """``path`` as a path of this machine (None stays None); a path with a scheme is refused."""
     if path is None:

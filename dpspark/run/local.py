@@ -12,9 +12,10 @@ Per-document exposures key a row's draws by its position in the table (Spark: by
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +30,13 @@ from dpspark.npy import load_npy
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator
 from dpspark.run.compare import text_sums
-from dpspark.run.inputs import read_local
+from dpspark.run.inputs import column_kinds, read_local
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.scratch import scratch_dir
 from dpspark.text import count_column_tokens, count_tokens, decode_strings, length_counts, most_frequent
+from dpspark.unit_table import id_key, partition_counts
+from dpspark.units import PrivacyUnit, check_unit_column, refuse_null_ids
 
 log = logging.getLogger("dpspark")
 
@@ -166,8 +169,19 @@ class LocalBackend:
     def length_counts(self, data: pa.Table, columns: list[str]) -> dict[int, int]:
         return length_counts(data, columns)
 
-    def corpus(self, path: str, columns: list[str]) -> pa.Table:
-        return read_local(path, columns)
+    def person_lengths(self, data: pa.Table, columns: list[str], unit: PrivacyUnit) -> dict[int, int]:
+        check_unit_column(*column_kinds(data), unit)
+        key = id_key(secrets.token_bytes(32))  # the hashes stay in this run: any key of its own
+        _, tokens, nulls = partition_counts(data.to_batches(), str(unit.column), columns, key)
+        refuse_null_ids(nulls, unit)
+        return dict(Counter(tokens.tolist()))
+
+    def corpus(self, path: str, columns: list[str], unit: PrivacyUnit | None = None) -> pa.Table:
+        if unit is None or unit.column is None:
+            return read_local(path, columns)
+        table = read_local(path)
+        check_unit_column(*column_kinds(table), unit)
+        return read_local(path, columns).append_column(unit.column, table.column(unit.column))
 
     def classifier(self, name: str, n_classes: int) -> LocalClassifier:
         return LocalClassifier(name, n_classes)

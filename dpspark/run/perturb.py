@@ -72,35 +72,6 @@ def check_columns(
         )
 
 
-def check_unit_column(kinds: dict[str, str], nested: set[str], config: PerturbConfig) -> None:
-    """A ``column:`` unit's id column exists and holds one value per row (``nested``: the input's array, map and
-    struct columns, which it must not be)."""
-    unit = config.unit
-    if unit.kind != "column":
-        return
-    if unit.column not in kinds:
-        raise InputDataError(
-            f"the unit column {unit.column!r} (--privacy-unit {unit.label()}) is not in the input; available "
-            f"columns: {', '.join(kinds)}"
-        )
-    if unit.column in nested:
-        raise InputDataError(
-            f"the unit column {unit.column!r} has type {kinds[unit.column]}: a unit's id is one value per row (a "
-            "string, a number or a date); choose a scalar id column, or derive one first (e.g. a struct's field)"
-        )
-
-
-def refuse_null_ids(nulls: int, config: PerturbConfig) -> None:
-    """A ``column:`` unit's rows without an id: refused, naming how many (a null is no person)."""
-    if nulls:
-        name = config.unit.column
-        raise InputDataError(
-            f"{nulls:,} row(s) have no {name} (null): a row without an id belongs to no unit, and its tokens would "
-            f"share no budget; drop or fill them before the release (e.g. a view WHERE {name} IS NOT NULL), or use "
-            "--privacy-unit document"
-        )
-
-
 def corpus_too_short(c: PerturbConfig, words: int, embeddings: str, needed: int) -> VocabularyTooSmallError:
     """The refusal of a corpus-derived vocabulary (``vocab_from_corpus``) too small for the mechanism: the corpus
     is what is short, not --vocab-size. ``words`` is the vocabulary's size, which a release's manifest
@@ -227,7 +198,7 @@ class PerturbRelease:
         ``shipment`` its draws), checked: no null id, the unit's budget against its shape."""
         c = self.config
         self.table, nulls = passes.unit_counts(str(c.unit.column), list(c.columns), self.job_key, shipment)
-        refuse_null_ids(nulls, c)
+        units.refuse_null_ids(nulls, c.unit)
         units.check_units(self.table.unit_totals(), float(c.unit_budget), c.allocation_of)  # type: ignore[arg-type]
 
     def _prepare_from_corpus(self, counts: dict[str, int], workdir: Path) -> Prepared:

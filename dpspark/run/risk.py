@@ -55,7 +55,7 @@ from dpspark.prepare import prepare_grid
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator, derive_key, new_job_key
 from dpspark.run.backend import Backend, Data, Kept, pack, unpack
-from dpspark.run.settings import mechanism_fields, token_spec, unit_grid, unit_line
+from dpspark.run.settings import mechanism_fields, token_spec, unit_grid, unit_line, unit_word
 from dpspark.stats import WorkItem, plan
 from dpspark.text import tokenize
 from dpspark.wordfiles import read_word_list, warn_unmatched
@@ -519,7 +519,7 @@ def assess(backend: Backend, config: RiskConfig, df: Data, local: Path, started:
     if line:  # under a unit: what the grid's ε is, and the per-token ε each setting was measured at
         notes.append(
             f"{line} Each setting is measured at the per-token ε its budget gives the median "
-            f"{unit['privacy_unit']['kind']} (risk.parquet's token_epsilon): shorter ones get more, longer ones less."
+            f"{unit_word(unit)} (risk.parquet's token_epsilon): shorter ones get more, longer ones less."
         )
     (local / "summary.md").write_text(risk.summary_md(table_rows, "Re-identification risk", notes), encoding="utf-8")
     plot = risk.write_plot(table_rows, local, len(corpus.prior), len(vocab_rows), emb.name)

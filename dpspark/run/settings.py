@@ -43,15 +43,21 @@ def unit_grid(
 ) -> dict[str, Any]:
     """A measuring command's privacy unit in its manifest: the unit and its adjacency and, under a unit other
     than the token, the allocation, the grid's budgets, the units' shape over ``halves`` (the rows of the text
-    ``columns``, one unit each: the labelled halves, privacy-risk's corpus or privacy-stats') and the per-token ε
-    each budget gives on this data (min, the median unit's, max)."""
-    unit = units.PrivacyUnit.parse(config.privacy_unit)
+    ``columns``: one unit each, the labelled halves, privacy-risk's corpus or privacy-stats'; under a ``column:``
+    unit a person's rows together, counted by ``backend.person_lengths``, the halves then holding the id column)
+    and the per-token ε each budget gives on this data (min, the median unit's, max)."""
+    unit = config.unit
     out: dict[str, Any] = {"privacy_unit": unit.fields(), "adjacency": unit.adjacency()}
     if unit.is_token:
         return out
     lengths: Counter[int] = Counter()
+    if unit.kind == "column" and len(halves) != 1:
+        raise ValueError("a column: unit's shape is counted over one frame: a person's rows in two would count twice")
     for half in halves:
-        lengths.update(backend.length_counts(half, list(columns)))
+        if unit.kind == "column":
+            lengths.update(backend.person_lengths(half, list(columns), unit))
+        else:
+            lengths.update(backend.length_counts(half, list(columns)))
     alloc = config.allocation_of
     shape = units.shape_of(dict(lengths), alloc)
     counts = [units.shape_counts(sum(lengths.values()), shape, e, alloc) for e in config.grid_epsilons()]
@@ -79,11 +85,17 @@ def token_spec(fields: dict[str, Any], spec: MechanismSpec) -> MechanismSpec:
     return spec if e == spec.epsilon else spec.copy(update={"epsilon": epsilon_value(e)})
 
 
+def unit_word(fields: dict[str, Any]) -> str:
+    """What one unit is, in a report's words: "document", or a ``column:`` unit's column (one "user")."""
+    unit = fields["privacy_unit"]
+    return str(unit["column"]) if unit["kind"] == "column" else str(unit["kind"])
+
+
 def unit_line(fields: dict[str, Any]) -> str | None:
     """The unit's sentence for a report: what the grid's ε is, and the per-token ε it gives here."""
     if "token_epsilons" not in fields:
         return None
-    kind, alloc = fields["privacy_unit"]["kind"], fields["allocation"]
+    kind, alloc = unit_word(fields), fields["allocation"]
     spread = "each of a unit's n tokens at E/n" if alloc["kind"] == "scale" else f"each token at E/{alloc['cap']}"
     shares = "; ".join(
         f"E = {e['unit_budget']:g}: {e['min']:.3g} to {e['max']:.3g} (median {kind} {e['median_unit']:.3g})"

@@ -27,7 +27,7 @@ from dpspark.mechanisms import grid_facts
 from dpspark.prepare import Grid, prepare_grid
 from dpspark.rng import new_job_key
 from dpspark.run.backend import Backend
-from dpspark.run.settings import mechanism_fields, token_spec, unit_grid, unit_line
+from dpspark.run.settings import mechanism_fields, token_spec, unit_grid, unit_line, unit_word
 from dpspark.scratch import scratch_dir
 from dpspark.stats import exact_nw_sw, plan, rows_of_words, sample_words
 from dpspark.wordfiles import read_word_list
@@ -100,9 +100,10 @@ def measure(backend: Backend, config: StatsConfig, local: Path, started: float) 
     try:
         t0 = time.perf_counter()
         budgets = config.settings()
-        # Under a document unit the grid's ε are budgets E: each setting is measured at the per-token ε its budget
-        # gives the median document of the corpus (Nw and Sw are per token), and its rows name both.
-        documents = [] if config.privacy_unit == "token" else [backend.corpus(str(config.corpus), list(config.columns))]
+        # Under a unit the grid's ε are budgets E: each setting is measured at the per-token ε its budget gives the
+        # median unit of the corpus (a document, or a person's rows: Nw and Sw are per token), its rows naming both.
+        of = config.unit
+        documents = [] if of.is_token else [backend.corpus(str(config.corpus), list(config.columns), of)]
         unit = unit_grid(backend, config, documents, tuple(config.columns))
         specs = [token_spec(unit, spec) for spec in budgets]
         grid = prepare_grid(config, specs, work)
@@ -134,7 +135,7 @@ def measure(backend: Backend, config: StatsConfig, local: Path, started: float) 
             with open(local / "summary.md", "a", encoding="utf-8") as f:
                 f.write(
                     f"{line} Each setting is measured at the per-token ε its budget gives the median "
-                    f"{unit['privacy_unit']['kind']} (per_word.parquet's token_epsilon): shorter ones get more, "
+                    f"{unit_word(unit)} (per_word.parquet's token_epsilon): shorter ones get more, "
                     "longer ones less.\n"
                 )
         plots = report.write_plots(table, local, len(vocab_rows), emb.name)

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from dpspark import units
 from dpspark.config import PerturbConfig
 from dpspark.errors import ConfigError
 from dpspark.run import perturb as run_perturb_checks
@@ -33,6 +34,7 @@ from dpspark.spark.transform import (
 )
 from dpspark.text import COUNT_NAMES, most_frequent
 from dpspark.unit_table import UnitTable
+from dpspark.units import PrivacyUnit
 
 # PerturbConfig fields that only a written release uses: perturb_text refuses them (dpspark.release takes them).
 RELEASE_ONLY = ("output", "output_table", "table_format", "mode", "partition", "allow_rerelease")
@@ -46,11 +48,11 @@ def check_columns(df: DataFrame, config: PerturbConfig, hidden: list[str] | None
     run_perturb_checks.check_columns({n: t.simpleString() for n, t in fields.items()}, text, config, hidden)
 
 
-def check_unit_column(df: DataFrame, config: PerturbConfig) -> None:
+def check_unit_column(df: DataFrame, unit: PrivacyUnit) -> None:
     """A ``column:`` unit's id column exists and holds one value per row (no array, map or struct)."""
     fields = {f.name: f.dataType for f in df.schema.fields}
     nested = {n for n, t in fields.items() if t.typeName() in ("array", "map", "struct", "variant", "udt")}
-    run_perturb_checks.check_unit_column({n: t.simpleString() for n, t in fields.items()}, nested, config)
+    units.check_unit_column({n: t.simpleString() for n, t in fields.items()}, nested, unit)
 
 
 def vocabulary_from_corpus(df: DataFrame, columns: list[str], size: int, embedded: dict[str, int]) -> list[str]:
@@ -85,7 +87,7 @@ class PerturbJob(PerturbRelease):
 
     def check(self, df: DataFrame) -> DataFrame:
         check_columns(df, self.config)
-        check_unit_column(df, self.config)
+        check_unit_column(df, self.config.unit)
         return df
 
     def prepare(self, df: DataFrame, spark: SparkSession, run_id: str) -> None:

@@ -9,6 +9,8 @@ the field's text metrics are summed per Arrow batch on the executors, and the pr
 
 from __future__ import annotations
 
+import secrets
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,11 +32,12 @@ from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.spark import backend, io, resources
 from dpspark.spark.fs import FileSystem
-from dpspark.spark.perturb import check_columns, vocabulary_from_corpus
+from dpspark.spark.perturb import check_columns, check_unit_column, vocabulary_from_corpus
 from dpspark.spark.session import is_connect
-from dpspark.spark.transform import count_columns, map_in_arrow, perturb, quote, token_counts
+from dpspark.spark.transform import count_columns, map_in_arrow, perturb, quote, token_counts, unit_counts
 from dpspark.stats import WorkItem
 from dpspark.text import decode_strings, length_counts
+from dpspark.units import PrivacyUnit, refuse_null_ids
 
 # The training half's blocks are fitted in the driver's process up to this many bytes of features (about
 # 2.5 million tokens); a larger half is fitted where it is, one Spark job per step of the optimiser.
@@ -206,6 +209,13 @@ class SparkBackend:
             total[int(r["n"])] = total.get(int(r["n"]), 0) + int(r["rows"])
         return total
 
+    def person_lengths(self, data: DataFrame, columns: list[str], unit: PrivacyUnit) -> dict[int, int]:
+        check_unit_column(data, unit)
+        picked = data.select(*map(quote, [*columns, str(unit.column)]))
+        table, nulls = unit_counts(picked, str(unit.column), columns, secrets.token_bytes(32))
+        refuse_null_ids(nulls, unit)
+        return dict(Counter(table.unit_totals().tolist()))
+
     def perturbed(
         self, data: DataFrame, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False
     ) -> DataFrame:
@@ -231,10 +241,13 @@ class SparkBackend:
     def nw_sw(self, items: list[WorkItem], job_key: bytes, bundle: str) -> dict:
         return backend.spark_per_word(self.spark, items, job_key, bundle)
 
-    def corpus(self, path: str, columns: list[str]) -> DataFrame:
+    def corpus(self, path: str, columns: list[str], unit: PrivacyUnit | None = None) -> DataFrame:
         df = io.read_input(self.spark, FileSystem(self.spark), path, None)
         check_columns(df, PerturbConfig(columns=columns, epsilon=1.0))
-        return df.select(*map(quote, columns))
+        ids = [] if unit is None or unit.column is None else [unit.column]
+        if ids:
+            check_unit_column(df, unit)
+        return df.select(*map(quote, [*columns, *ids]))
 
     def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:
         return vocabulary_from_corpus(self.corpus(path, columns), columns, size, in_vocabulary)

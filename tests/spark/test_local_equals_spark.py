@@ -48,23 +48,38 @@ def run_both(tmp_path, argv: list[str]) -> dict[str, dict]:
     return manifests
 
 
-@pytest.mark.runtime
-@pytest.mark.parametrize("unit", ["token", "document"])
+@pytest.mark.parametrize(
+    "unit",  # a person's unit (column:user) once, in make test: the document's path with the people's count
+    [pytest.param("token", marks=pytest.mark.runtime), pytest.param("document", marks=pytest.mark.runtime), "column"],
+)
 def test_privacy_stats_is_the_same_on_both_engines(spark, tmp_path, unit):
     """Per token on 30 sampled words; per document on a corpus's words, its rows' shape over two columns (one
-    null) counted where the rows are."""
+    null) counted where the rows are; per person (column:user), each person's tokens over their rows counted
+    per keyed hash where the rows are."""
     argv = ["privacy-stats", "--mechanisms", "laplace,custext", "--runs", "12", "--words", "30"]
     if unit == "token":
         argv += ["--epsilons", "5"]
     else:
         corpus = tmp_path / "corpus.parquet"
-        pq.write_table(pa.table({"text": TEXTS, "title": ["london", None, "the river", "", "city"]}), corpus)
-        argv += ["--corpus", str(corpus), "--columns", "text,title", "--privacy-unit", "document"]
+        table = {"text": TEXTS, "title": ["london", None, "the river", "", "city"], "user": ["a", "b", "a", "c", "b"]}
+        pq.write_table(pa.table(table), corpus)
+        argv += [
+            "--corpus",
+            str(corpus),
+            "--columns",
+            "text,title",
+            "--privacy-unit",
+            unit.replace("column", "column:user"),
+        ]
         argv += ["--unit-budgets", "40"]
     manifests = run_both(tmp_path, [*argv, "--vocab-size", "2000"])
     a, b = (pq.read_table(tmp_path / e / "per_word.parquet") for e in ("spark", "local"))
     assert a.num_rows == 2 * (30 if unit == "token" else manifests["local"]["words"]) and a.schema == b.schema
     assert same(a.to_pylist(), b.to_pylist())
+    if unit == "column":  # a: 11 + 9, b: 7 + 1, c: 9 tokens: measured at 40/9
+        assert manifests["spark"]["unit_counts"] == manifests["local"]["unit_counts"]
+        assert manifests["spark"]["unit_counts"]["tokens_per_unit"] == {"min": 8, "median": 9, "max": 20}
+        assert set(a.column("token_epsilon").to_pylist()) == {40 / 9}
     if unit == "document":  # rows of 10 + 1, 7 + 0, 7 + 2, 9 + 0 and 0 + 1 tokens: measured at 40/9
         assert manifests["spark"]["unit_counts"] == manifests["local"]["unit_counts"]
         assert manifests["spark"]["unit_counts"]["tokens_per_unit"] == {"min": 1, "median": 9, "max": 11}
@@ -77,15 +92,22 @@ def test_privacy_stats_is_the_same_on_both_engines(spark, tmp_path, unit):
     assert same(a, b) and a["per_setting"]
 
 
-@pytest.mark.runtime
-def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path):
+@pytest.mark.parametrize("unit", [pytest.param("token", marks=pytest.mark.runtime), "column"])
+def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path, unit):
+    """Per token, and per person (column:user, once in make test: each person's tokens counted where the rows
+    are, each budget measured at the median person's per-token ε)."""
     data = tmp_path / "corpus.parquet"
-    pq.write_table(pa.table({"text": TEXTS}), data)  # one file, one partition: row ids are row positions
+    users = ["a", "b", "a", "c", "b"]
+    pq.write_table(pa.table({"text": TEXTS, "user": users}), data)  # one file, one partition: row ids are positions
     words = tmp_path / "sensitive.txt"
     words.write_text("London\nriver\n")
     argv = ["privacy-risk", "--input", str(data), "--text-column", "text", "--mechanisms", "laplace,santext"]
-    argv += ["--epsilons", "5", "--runs", "8", "--vocab-size", "2000", "--sensitive-words", str(words)]
+    argv += ["--epsilons", "5"] if unit == "token" else ["--privacy-unit", "column:user", "--unit-budgets", "90"]
+    argv += ["--runs", "8", "--vocab-size", "2000", "--sensitive-words", str(words)]
     manifests = run_both(tmp_path, argv)
+    if unit == "column":  # a: 10 + 7, b: 7 + 0, c: 9 tokens
+        assert manifests["spark"]["unit_counts"] == manifests["local"]["unit_counts"]
+        assert manifests["local"]["unit_counts"]["tokens_per_unit"] == {"min": 7, "median": 9, "max": 17}
     a, b = (pq.read_table(tmp_path / e / "risk.parquet") for e in ("spark", "local"))
     assert a.num_rows == 2 and a.schema == b.schema
     assert same(a.to_pylist(), b.to_pylist())

@@ -20,7 +20,7 @@ from refusals import refused
 from dpspark.cli import NO_EPSILON_MEETS_BOUNDS, main
 from dpspark.config import EvaluateUtilityConfig
 from dpspark.embeddings import embeddings_of
-from dpspark.errors import ConfigError
+from dpspark.errors import ConfigError, InputDataError
 from dpspark.rng import batch_generator
 from dpspark.run.local import LocalBackend
 from dpspark.run.settings import TEXT, prepare_settings
@@ -211,6 +211,48 @@ def test_privacy_stats_per_document_is_the_token_run_at_the_median_documents_eps
     )  # fmt: skip
 
 
+def test_privacy_stats_and_risk_per_person_are_the_token_runs_at_the_median_persons_epsilon(tmp_path, capsys):
+    """A column:user unit in the measuring commands (issue 41, step 5): a person's tokens over all their rows are
+    the unit, counted per keyed hash of the id; each budget E is measured at E/n for the median person's n tokens,
+    the same figures, draw for draw (one seed), as a token run at that ε. Rows without an id are refused."""
+    corpus = tmp_path / "corpus.parquet"
+    texts = [" ".join(["the river runs"] * (1 + i % 7)) for i in range(40)]
+    users = [f"u{i % 6}" for i in range(40)]  # 7 or 6 rows each, their lengths in turn
+    pq.write_table(pa.table({"text": texts, "user": users}), corpus)
+    per_user = sorted(sum(len(tokenize(t)[0]) for t, u in zip(texts, users) if u == v) for v in set(users))
+    median = per_user[(len(per_user) - 1) // 2]
+    stats = ["privacy-stats", "--engine", "local", "--corpus", str(corpus), "--columns", "text", "--mechanisms"]
+    stats += ["laplace,tem", "--runs", "6", "--words", "5", "--vocab-size", "2000", "--seed", "4", "--quiet"]
+    risk = ["privacy-risk", "--engine", "local", "--input", str(corpus), "--text-column", "text", "--mechanisms"]
+    risk += ["laplace", "--runs", "4", "--vocab-size", "2000", "--seed", "3", "--quiet"]
+    person = ["--privacy-unit", "column:user", "--unit-budgets", "300,900"]
+    shares = ",".join(repr(e / median) for e in (300.0, 900.0))
+    for name, argv, table in (("stats", stats, "per_word.parquet"), ("risk", risk, "risk.parquet")):
+        assert main([*argv, *person, "--output", str(tmp_path / f"{name}_unit")]) == 0
+        assert main([*argv, "--epsilons", shares, "--output", str(tmp_path / f"{name}_token")]) == 0
+        unit, token = (pq.read_table(tmp_path / f"{name}_{d}" / table) for d in ("unit", "token"))
+        assert sorted(set(unit.column("epsilon").to_pylist())) == [300.0, 900.0]
+        assert unit.column("token_epsilon").to_pylist() == pytest.approx(token.column("epsilon").to_pylist())
+
+        def figures(t: pa.Table) -> list[str]:  # every column but the ε's (and the fit's curve), NaN too
+            kept = [c for c in t.column_names if c not in ("epsilon", "token_epsilon", "fit_curve")]
+            return [json.dumps(r, sort_keys=True) for r in t.select(kept).to_pylist()]
+
+        assert figures(unit) == figures(token)
+        m = json.loads((tmp_path / f"{name}_unit" / "_dpspark_manifest.json").read_text())
+        assert m["privacy_unit"] == {"kind": "column", "column": "user", "id_space": "user"}
+        assert m["unit_counts"]["units"] == 6
+        assert m["unit_counts"]["tokens_per_unit"] == {"min": per_user[0], "median": median, "max": per_user[-1]}
+        assert m["token_epsilons"][0]["median_unit"] == pytest.approx(300 / median)
+        summary = (tmp_path / f"{name}_unit" / "summary.md").read_text(encoding="utf-8")
+        assert "Privacy unit: user" in summary and "the median user" in summary
+    pq.write_table(pa.table({"text": texts, "user": [None if i in (3, 9) else u for i, u in enumerate(users)]}), corpus)
+    capsys.readouterr()
+    for argv in (stats, risk):
+        refused(capsys, tmp_path, [*argv, *person, "--output", str(tmp_path / "out")], InputDataError.exit_code,
+                "2 row(s) have no user (null)")  # fmt: skip
+
+
 @pytest.mark.parametrize("command", ["evaluate-utility", "compare", "privacy-risk", "privacy-stats"])
 def test_a_unit_grid_refuses_what_it_cannot_measure(sms, tmp_path, capsys, command):
     base = [command, "--engine", "local", "--output", str(tmp_path / "out")]
@@ -226,12 +268,18 @@ def test_a_unit_grid_refuses_what_it_cannot_measure(sms, tmp_path, capsys, comma
         (["--unit-budgets", "20"], "apply to a privacy unit other than the token"),
         ([*doc, "--unit-budgets", "0"], "unit budget"),
         ([*doc, "--unit-budgets", "20", "--allocation", "cap:0"], "cap"),
-        (["--privacy-unit", "column:user_id", "--unit-budgets", "20"], "token or the document unit"),
         ([*doc, "--unit-budgets", "20", "--mechanisms", "syntf"], "draws whole documents"),
         ([*doc, "--unit-budgets", "20", "--mechanisms", "truncated-gumbel"], "states no bound"),
     ]
     for extra, phrase in cases:
         refused(capsys, tmp_path, [*base, *extra], ConfigError.exit_code, phrase)
+    person = ["--privacy-unit", "column:user_id", "--unit-budgets", "20"]
+    if command in ("evaluate-utility", "compare"):  # measured on the release's transform, per document only
+        refused(capsys, tmp_path, [*base, *person], ConfigError.exit_code, "measure per document here")
+    else:  # they take it: the id column must be there
+        refused(capsys, tmp_path, [*base, *person], InputDataError.exit_code, "the unit column 'user_id'")
+        same = ["--privacy-unit", "column:text", "--unit-budgets", "20"]
+        refused(capsys, tmp_path, [*base, *same], ConfigError.exit_code, "is also the text column")
 
 
 def test_the_per_token_share_never_exceeds_the_budget_over_the_units_tokens():
