@@ -174,8 +174,9 @@ class PerturbRelease:
         # A column: unit's count: each person's tokens over the input (keyed hashes), before anything is prepared;
         # a text-level mechanism's draws follow the vocabulary, counted after the bundle is shipped (below).
         draws = c.unit.kind == "column" and c.spec.text_level
-        if c.unit.kind == "column" and not draws:
-            self.count_units(passes)
+        if c.unit.kind == "column":
+            if not draws:
+                self.count_units(passes)
         elif alloc.kind == "cap" and alloc.over_cap == "refuse":  # before anything is prepared or written
             units.refuse_over_cap(*passes.over_cap(columns, int(alloc.cap)), alloc)  # type: ignore[arg-type]
         workdir = scratch_dir() / f"index-{run_id}"

@@ -249,6 +249,12 @@ def test_syntf_per_person_shares_the_budget_over_their_rows_draws(tmp_path, caps
     argv = ["perturb", "--engine", "local", "--vocab-size", "2000", *base, "--output", str(tmp_path / "out")]
     argv += ["--privacy-unit", "column:pair", "--allocation", "cap:12", "--over-cap", "refuse"]
     refused(capsys, tmp_path, argv, 2, "2 unit(s) hold more than the cap of 12 tokens (the longest 17)")
+    # The cap counts draws, not tokens: 4 tokens of which 2 have a vector are 2 draws, within cap:3.
+    short = tmp_path / "short.parquet"
+    pq.write_table(pa.table({"text": ["the city qqzzxxw wwvvyyq", "river"], "user": ["a", "b"]}), short)
+    argv = ["--input", str(short), "--columns", "text", "--mechanism", "syntf", "--unit-budget", "40"]
+    argv += ["--privacy-unit", "column:user", "--allocation", "cap:3", "--over-cap", "refuse"]
+    assert _perturb_local([*argv, "--output", str(tmp_path / "short_out")]) == 0
 
 
 def test_perturb_keeps_a_partitioned_directory_partitioned(tmp_path):
