@@ -72,10 +72,15 @@ def read_local(path: str, columns: list[str] | None = None, strings: list[str] |
         raise InputDataError(
             f"input {path} cannot be read as Parquet or CSV ({exc}): give a Parquet file or directory, or a .csv file"
         ) from None
-    missing = [c for c in columns or [] if c not in table.column_names]
+    return select_columns(table, path, columns) if columns else table
+
+
+def select_columns(table: pa.Table, path: str, columns: list[str]) -> pa.Table:
+    """``columns`` of the table read from ``path``; a missing one is refused, naming the columns there are."""
+    missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise InputDataError(
             f"column(s) {', '.join(map(repr, missing))} not in {path}; available columns: "
             f"{', '.join(table.column_names)}"
         )
-    return table.select(columns) if columns else table
+    return table.select(columns)

@@ -30,7 +30,7 @@ from dpspark.npy import load_npy
 from dpspark.progress import Progress
 from dpspark.rng import batch_generator
 from dpspark.run.compare import text_sums
-from dpspark.run.inputs import column_kinds, read_local
+from dpspark.run.inputs import column_kinds, read_local, select_columns
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.scratch import scratch_dir
@@ -179,9 +179,9 @@ class LocalBackend:
     def corpus(self, path: str, columns: list[str], unit: PrivacyUnit | None = None) -> pa.Table:
         if unit is None or unit.column is None:
             return read_local(path, columns)
-        table = read_local(path)
+        table = read_local(path)  # read once: the id column checked with every column's type, then the text's
         check_unit_column(*column_kinds(table), unit)
-        return read_local(path, columns).append_column(unit.column, table.column(unit.column))
+        return select_columns(table, path, [*columns, unit.column])
 
     def classifier(self, name: str, n_classes: int) -> LocalClassifier:
         return LocalClassifier(name, n_classes)

@@ -51,12 +51,11 @@ def unit_grid(
     if unit.is_token:
         return out
     lengths: Counter[int] = Counter()
-    if unit.kind == "column" and len(halves) != 1:
-        raise ValueError("a column: unit's shape is counted over one frame: a person's rows in two would count twice")
-    for half in halves:
-        if unit.kind == "column":
-            lengths.update(backend.person_lengths(half, list(columns), unit))
-        else:
+    if unit.kind == "column":  # over one frame: a person's rows in two halves would count as two people
+        (whole,) = halves
+        lengths.update(backend.person_lengths(whole, list(columns), unit))
+    else:
+        for half in halves:
             lengths.update(backend.length_counts(half, list(columns)))
     alloc = config.allocation_of
     shape = units.shape_of(dict(lengths), alloc)
