@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dpspark import jvm_cache
 from dpspark.bundle import save_bundle
 from dpspark.config import PerturbConfig
 from dpspark.device import DEVICE_SEARCH, exact_index
@@ -181,8 +182,11 @@ def cache_name(config: Any) -> str:
 
 def local_writes(config: Any) -> dict[str, Path]:
     """The directories besides the output that a run may write (the embedding store and the artefact
-    cache, one directory): the overlap checks keep them out of the inputs."""
-    return {cache_name(config): cache_dir(config)}
+    cache, one directory; the local JVM's class cache): the overlap checks keep them out of the inputs."""
+    writes = {cache_name(config): cache_dir(config)}
+    if jvm_cache.enabled():
+        writes["the JVM's class cache ($DPSPARK_JVM_CACHE_DIR)"] = jvm_cache.folder()
+    return writes
 
 
 def write_inside_input(what: str, path: Any, given_input: str) -> ConfigError:

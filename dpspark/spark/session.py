@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from dpspark import jvm_cache
 from dpspark.errors import ConfigError
 from dpspark.spark.fs import is_connect
 
@@ -144,13 +145,36 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
     builder = builder.config("spark.io.encryption.enabled", "true")
     for k, v in _SINGLE_THREAD.items():
         builder = builder.config(f"spark.executorEnv.{k}", v)
-    quiet = logging.getLogger("dpspark").getEffectiveLevel() >= logging.ERROR
-    if quiet and "PYSPARK_GATEWAY_PORT" not in os.environ:  # a JVM of dpspark's own starts here
-        with _without_incubator_notice() as started:
-            session = _quiet_when_lost(builder.getOrCreate())
-            started.set()
-            return session
-    return _quiet_when_lost(builder.getOrCreate())
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # spark-submit's JVM is up already
+        return _quiet_when_lost(builder.getOrCreate())
+    cache = jvm_cache.flags(local_jvm_flags()) if (master or "local").startswith("local") else ""
+    try:
+        return _start(builder, cache)
+    except Exception as exc:  # a JVM that ended before it said its port: pyspark's one error for it
+        if "gateway" not in str(exc).lower() or not jvm_cache.forget(cache):
+            raise
+        logging.getLogger("dpspark").debug("the JVM did not start with its class cache: started again without it")
+        return _start(builder, jvm_cache.flags(local_jvm_flags()))  # (and it writes a new one)
+
+
+def _start(builder: SparkSession.Builder, cache: str) -> SparkSession:
+    """Start dpspark's own JVM with ``cache``'s options (``jvm_cache.flags``) for its launch only: the
+    processes this one starts later (a test's CLI run, a Connect server) choose their own."""
+    before = os.environ.get("SPARK_SUBMIT_OPTS")
+    if cache:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{before} {cache}" if before else cache
+    try:
+        if logging.getLogger("dpspark").getEffectiveLevel() >= logging.ERROR:  # --quiet
+            with _without_incubator_notice() as started:
+                session = builder.getOrCreate()
+                started.set()
+                return _quiet_when_lost(session)
+        return _quiet_when_lost(builder.getOrCreate())
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_SUBMIT_OPTS", None)
+        else:
+            os.environ["SPARK_SUBMIT_OPTS"] = before
 
 
 def _quiet_when_lost(session: SparkSession) -> SparkSession:
