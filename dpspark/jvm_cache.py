@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import secrets
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -60,7 +61,10 @@ def folder() -> Path:
 
 
 def _private(path: Path) -> bool:
-    """``path`` is a directory of this user's that nobody else can write (created so when missing)."""
+    """``path`` is a directory of this user's that nobody else can write (created so when missing). Not on a
+    system without POSIX owners (Windows): there is nothing to check it by."""
+    if not hasattr(os, "getuid"):
+        return False
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = path.stat()
@@ -99,11 +103,30 @@ def _jars() -> Path | None:
     return jars if jars.is_dir() else None
 
 
+def _class_path_arguments() -> str:
+    """What of the launcher's arguments ($PYSPARK_SUBMIT_ARGS) changes the JVM's own class path: the driver's
+    class path (``--driver-class-path``, ``spark.driver.extraClassPath``). ``--jars`` and ``--packages`` load
+    through Spark's class loader, which the archive does not hold; the rest (a warehouse directory, say)
+    changes nothing the archive holds and must not give each run an archive of its own."""
+    try:
+        words = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    except ValueError:
+        return os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    kept = []
+    for i, word in enumerate(words):
+        following = words[i + 1] if i + 1 < len(words) else ""
+        if word.startswith("--driver-class-path"):
+            kept.append(word if "=" in word else f"{word} {following}")
+        elif "spark.driver.extraClassPath" in word:
+            kept.append(word)
+    return " ".join(kept)
+
+
 def _key(java: Path, release: str, jars: Path, flags: str) -> str:
     """What an archive is valid for: the JVM build, Spark's jars (names, sizes, times), the flags and the
-    launcher's extra arguments (--jars, --packages add to the class path)."""
+    class path the launcher adds (``_class_path_arguments``)."""
     h = hashlib.sha256()
-    for part in (str(java), release, flags, os.environ.get("PYSPARK_SUBMIT_ARGS", ""), str(jars)):
+    for part in (str(java), release, flags, _class_path_arguments(), str(jars)):
         h.update(part.encode() + b"\0")
     for jar in sorted(jars.iterdir()):
         st = jar.stat()

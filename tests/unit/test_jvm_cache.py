@@ -99,8 +99,15 @@ def test_each_install_java_and_flag_set_has_its_own_archive(homes, monkeypatch):
     (spark / "jars" / "delta-spark.jar").write_bytes(b"PK")
     assert "ArchiveClassesAtExit" in jvm_cache.flags(BASE)
     (spark / "jars" / "delta-spark.jar").unlink()
-    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--packages io.delta:delta-spark_2.13:4.0.0 pyspark-shell")
-    assert "ArchiveClassesAtExit" in jvm_cache.flags(BASE)
+    # Launcher arguments: the driver's class path counts; the rest (a test session's warehouse) does not.
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.sql.warehouse.dir=/tmp/w1 pyspark-shell")
+    assert jvm_cache.flags(BASE) == mapped
+    for args in (
+        "--driver-class-path /opt/x.jar pyspark-shell",
+        "--conf spark.driver.extraClassPath=/x.jar pyspark-shell",
+    ):
+        monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", args)
+        assert "ArchiveClassesAtExit" in jvm_cache.flags(BASE)
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
     (java / "release").write_text('JAVA_VERSION="21.0.2"\n')
     assert "ArchiveClassesAtExit" in jvm_cache.flags(BASE)
