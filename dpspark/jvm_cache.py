@@ -2,10 +2,9 @@
 
 A local Spark JVM spends most of its start loading and verifying the same ~14,000 classes from Spark's
 jars. HotSpot's application class-data sharing (AppCDS, JDK 13 and later) keeps what one run loaded in an
-archive that later JVMs map instead: a fresh `dpspark perturb` of examples/reviews.parquet took 10.0 s
-instead of 13.2 s (medians of 3, side by side, 2-core AMD EPYC), a bare session's start and first job
-6.3 s instead of 10.0 s. The first JVM of a Spark install writes the archive as it exits (about 180 MB,
-a few seconds); the run after adopts it.
+archive that later JVMs map instead: `make demo`'s perturb command took 10.3 s instead of 15.1 s (medians
+of 5 interleaved pairs, bench/bench_demo.py, 2-core AMD EPYC). The first JVM of a Spark install writes the
+archive as it exits (about 180 MB, some 10 s on 2 cores); the run after adopts it.
 
 What it holds and whom it trusts: class metadata and bytecode of the jars on the JVM's class path, no
 data (classes Spark generates for a query have no jar and are not archived). A JVM runs what the archive

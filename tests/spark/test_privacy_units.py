@@ -37,18 +37,17 @@ def units_of(out):
 
 
 def rm_diameter(vocab: int, lam: float) -> float:
-    """The largest ‖·‖_RM distance between two of the first ``vocab`` GloVe words, over every pair in blocks:
-    numpy's own covariance scaled to trace d, and the Cholesky factor of (λΣ + (1−λ)I)⁻¹ (not dpspark's Q)."""
+    """The largest ‖·‖_RM distance between two of the first ``vocab`` GloVe words, over every pair: numpy's own
+    covariance scaled to trace d, the Cholesky factor of (λΣ + (1−λ)I)⁻¹ (not dpspark's Q), and every pair's
+    squared distance ‖p‖² + ‖q‖² − 2p·q in float64 (the largest distance has no cancellation: equal to the
+    pairwise differences' 15 s loop to 2e-16 here)."""
     glove = load_default()
     x = np.asarray(glove.vectors[select_vocabulary(glove, vocab)], dtype=np.float64)
     sigma = np.cov(x, rowvar=False)
     sigma *= x.shape[1] / np.trace(sigma)
     p = x @ np.linalg.cholesky(np.linalg.inv(lam * sigma + (1.0 - lam) * np.eye(x.shape[1])))
-    best = 0.0
-    for s in range(0, len(p), 500):
-        d2 = ((p[s : s + 500, None, :] - p[None, :, :]) ** 2).sum(axis=2)
-        best = max(best, float(d2.max()))
-    return best**0.5
+    sq = (p * p).sum(axis=1)
+    return float((sq[:, None] + sq[None, :] - 2.0 * (p @ p.T)).max()) ** 0.5
 
 
 @pytest.mark.runtime
