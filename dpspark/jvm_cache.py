@@ -1,6 +1,6 @@
 """The local JVM's class-data cache: Spark's classes as HotSpot loaded them, mapped in at the next start.
 
-A local Spark JVM spends most of its start loading and verifying the same ~14,000 classes from Spark's
+A local Spark JVM spends most of its start loading and verifying the same thousands of classes from Spark's
 jars. HotSpot's application class-data sharing (AppCDS, JDK 13 and later) keeps what one run loaded in an
 archive that later JVMs map instead: `make demo`'s perturb command took 10.3 s instead of 15.1 s (medians
 of 5 interleaved pairs, bench/bench_demo.py, 2-core AMD EPYC). The first JVM of a Spark install writes the

@@ -54,11 +54,11 @@ def file_tracking(mp: pytest.MonkeyPatch, store: Path) -> str:
 
 
 @pytest.mark.spark
-@pytest.mark.runtime
 @pytest.mark.xdist_group("connect")
 def test_compare_end_to_end(classic, compare_on_sms120):
     """The command over laplace and tem at ε = 10 on 120 SMS messages (the run tests/connect compares its own
-    with): a row per setting with its figures, the equal-privacy table, every report file."""
+    with): a row per setting with its figures, the equal-privacy table, every report file. In make test only:
+    per runtime, compare on Spark is tests/spark/test_local_equals_spark.py's (equal to the local engine's)."""
     out = classic(compare_on_sms120)
     rows = rows_of(out)
     assert [(r["mechanism"], r["epsilon"]) for r in rows] == [("laplace", 10.0), ("tem", 10.0)]

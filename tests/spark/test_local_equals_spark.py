@@ -16,7 +16,7 @@ import pytest
 from dpspark.cli import main
 from dpspark.errors import PrivacyWarning
 
-pytestmark = pytest.mark.spark  # each test but compare's also runs per runtime (marked below)
+pytestmark = pytest.mark.spark  # a Spark = local test per command also runs per runtime (marked below)
 
 TEXTS = [
     "the city is quiet tonight and the river is calm",
@@ -131,11 +131,11 @@ def test_evaluate_utility_is_the_same_on_both_engines(tmp_path, sms120):
         assert manifests["spark"][key] == manifests["local"][key], key
 
 
+@pytest.mark.runtime
 def test_compare_is_the_same_on_both_engines(tmp_path, sms120):
     """compare's whole table (utility, the attacker, Nw/Sw, the text metrics) and its equal-privacy table, equal
-    on both engines but the seconds each setting took. In make test only: its parts are compared per runtime
-    above (evaluate-utility's fit, privacy-risk's attacker, privacy-stats' counts), and compare's own run on
-    Spark is tests/spark/test_compare.py's per runtime."""
+    on both engines but the seconds each setting took: compare's Spark = local test, per runtime (as each
+    command's); its figures on Spark, end to end, are tests/spark/test_compare.py's (make test)."""
     argv = ["compare", "--input", sms120, "--text-column", "text", "--label-column", "label", "--repeats", "1"]
     argv += ["--mechanisms", "laplace,tem", "--epsilons", "10", "--runs", "4", "--vocab-size", "2000"]
     manifests = run_both(tmp_path, argv)
