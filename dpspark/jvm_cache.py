@@ -144,11 +144,14 @@ def _finished(part: Path, now: float) -> bool:
 
 
 def _tidy(where: Path, keep: Path) -> None:
-    """Drop dead dumps, and the archives of other installs beyond the ``KEEP`` used last."""
+    """Drop dead dumps, the finished dumps of installs that have their archive (a JVM that started before the
+    archive was there writes one as it exits: some 200 MB each), and the archives of other installs beyond
+    the ``KEEP`` used last."""
     now = time.time()
     for part in where.glob("spark-*.part"):
         try:
-            if now - part.stat().st_mtime > _STALE_S:
+            redundant = (where / f"{part.name.split('.', 1)[0]}.jsa").exists() and _finished(part, now)
+            if redundant or now - part.stat().st_mtime > _STALE_S:
                 part.unlink()
         except OSError:
             pass

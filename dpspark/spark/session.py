@@ -147,14 +147,23 @@ def get_session(master: str | None = None, batch_rows: int = 10_000, remote: str
         builder = builder.config(f"spark.executorEnv.{k}", v)
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # spark-submit's JVM is up already
         return _quiet_when_lost(builder.getOrCreate())
-    cache = jvm_cache.flags(local_jvm_flags()) if (master or "local").startswith("local") else ""
+    cache = _class_cache() if (master or "local").startswith("local") else ""
     try:
         return _start(builder, cache)
     except Exception as exc:  # a JVM that ended before it said its port: pyspark's one error for it
         if "gateway" not in str(exc).lower() or not jvm_cache.forget(cache):
             raise
         logging.getLogger("dpspark").debug("the JVM did not start with its class cache: started again without it")
-        return _start(builder, jvm_cache.flags(local_jvm_flags()))  # (and it writes a new one)
+        return _start(builder, _class_cache())  # (and it writes a new one)
+
+
+def _class_cache() -> str:
+    """``jvm_cache.flags`` for this JVM; a cache that cannot be read or written is no reason to fail a start."""
+    try:
+        return jvm_cache.flags(local_jvm_flags())
+    except Exception as exc:  # noqa: BLE001 - the JVM then starts as without a cache
+        logging.getLogger("dpspark").debug("JVM class cache not used: %s", exc)
+        return ""
 
 
 def _start(builder: SparkSession.Builder, cache: str) -> SparkSession:

@@ -75,6 +75,12 @@ def test_a_finished_dump_is_adopted_and_mapped_checked(homes):
     assert archive.name == re.sub(r"\..*", ".jsa", part.name)
     assert not list(cache.glob("*.part"))  # one kept, the other dropped
     assert jvm_cache.flags(BASE) == flags  # and used from then on
+    # JVMs that started before the archive was there write one too as they exit: dropped once finished.
+    done, settling = (archive.with_name(f"{archive.stem}.{n}.part") for n in ("9-ab", "10-cd"))
+    _finish(done)
+    _finish(settling, age_s=0)  # its JVM may still be writing: left for now
+    jvm_cache.flags(BASE)
+    assert not done.exists() and settling.exists()
 
 
 @pytest.mark.parametrize("state", ["no header yet", "still being written"])
