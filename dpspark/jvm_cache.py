@@ -198,6 +198,7 @@ def flags(base: str) -> str:
         # A JVM that dies mapping a damaged archive (HotSpot 17 does, on a cut-short file) leaves its crash
         # log here, not in the user's directory; get_session then starts it again without (``forget``).
         return f"-XX:SharedArchiveFile={archive} {_MAP} -XX:ErrorFile={where}/hs_err_pid%p.log {_QUIET}"
+    _tidy(where, archive)
     part = where / f"spark-{key}.{os.getpid()}-{secrets.token_hex(4)}.part"
     return f"-XX:ArchiveClassesAtExit={part} {_QUIET}"
 
