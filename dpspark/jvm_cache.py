@@ -186,19 +186,16 @@ def flags(base: str) -> str:
     if not archive.is_file():
         done = [p for p in where.glob(f"spark-{key}.*.part") if _finished(p, now)]
         if done:
-            os.replace(done[0], archive)
-            for extra in done[1:]:
-                extra.unlink(missing_ok=True)
+            os.replace(done[0], archive)  # the other finished dumps go in _tidy
+    _tidy(where, archive)
     if archive.is_file():
         try:
             os.utime(archive)  # used last: kept longest
         except OSError:
             pass
-        _tidy(where, archive)
         # A JVM that dies mapping a damaged archive (HotSpot 17 does, on a cut-short file) leaves its crash
         # log here, not in the user's directory; get_session then starts it again without (``forget``).
         return f"-XX:SharedArchiveFile={archive} {_MAP} -XX:ErrorFile={where}/hs_err_pid%p.log {_QUIET}"
-    _tidy(where, archive)
     part = where / f"spark-{key}.{os.getpid()}-{secrets.token_hex(4)}.part"
     return f"-XX:ArchiveClassesAtExit={part} {_QUIET}"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,8 +41,6 @@ def homes(tmp_path, monkeypatch):
 def _dump_path(flags: str):
     m = re.fullmatch(r"-XX:ArchiveClassesAtExit=(\S+\.part) -Xlog:cds=off -Xlog:cds\+dynamic=off", flags)
     assert m, flags
-    from pathlib import Path
-
     return Path(m.group(1))
 
 
