@@ -29,6 +29,8 @@ import shutil
 import time
 from pathlib import Path
 
+from dpspark.scratch import user_cache
+
 log = logging.getLogger("dpspark")
 
 SWITCH = "DPSPARK_JVM_CACHE"
@@ -55,8 +57,7 @@ def folder() -> Path:
     given = os.environ.get(DIR_ENV)
     if given:
         return Path(given).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dpspark" / "jvm"
+    return user_cache("jvm")
 
 
 def _private(path: Path) -> bool:

@@ -28,6 +28,7 @@ from dpspark.mechanisms.base import UNITS
 from dpspark.mechanisms.base import corpus_counts as counts_over_vocabulary
 from dpspark.neighbours import AnnoyIndex, NeighbourIndex, recall_at_1
 from dpspark.rng import secure_generator
+from dpspark.scratch import user_cache
 from dpspark.text import TextPerturber
 from dpspark.wordfiles import read_word_list
 
@@ -164,9 +165,10 @@ def check_placeholder(config: Any, emb: Embeddings, rows: np.ndarray) -> None:
 
 def cache_dir(config: Any) -> Path:
     """Where costly public arrays (``Space.artefact(..., store=True)``) are kept between runs: the shared
-    embeddings directory when the run names one, else $DPSPARK_CACHE_DIR or ~/.cache/dpspark."""
+    embeddings directory when the run names one, else $DPSPARK_CACHE_DIR, else dpspark's directory in the
+    user's cache ($XDG_CACHE_HOME/dpspark, else ~/.cache/dpspark: ``scratch.user_cache``)."""
     shared = getattr(config, "embeddings_dir", None)
-    path = Path(shared or os.environ.get("DPSPARK_CACHE_DIR") or Path.home() / ".cache" / "dpspark")
+    path = Path(shared or os.environ.get("DPSPARK_CACHE_DIR") or user_cache())
     if path.exists() and not path.is_dir():
         raise ConfigError(
             f"{cache_name(config)} {path} is a file, not a directory: remove it or name a directory "

@@ -2,7 +2,8 @@
 
 Created on first use under the system's temporary directory, named by the process id, and removed when
 the process exits; the scratch directory of a dpspark process that died without cleaning up is removed
-by the next dpspark process on that machine.
+by the next dpspark process on that machine. Also where dpspark's caches live between processes
+(``user_cache``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ from pathlib import Path
 
 _PREFIX = "dpspark-scratch-"
 _scratch: Path | None = None
+
+
+def user_cache(*parts: str) -> Path:
+    """dpspark's directory in this user's cache (the XDG base directory rule: ``$XDG_CACHE_HOME``, else
+    ``~/.cache``), then ``parts``: the artefact cache (``dpspark.prepare.cache_dir``) and the JVM's class
+    cache (``dpspark.jvm_cache``). Each has its own variable that overrides this."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base, "dpspark", *parts)
 
 
 def _remove_stale_scratch(tmp: Path) -> None:

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from dpspark import jvm_cache
 from dpspark.bundle import save_bundle, store_embedding
 from dpspark.cli import explain_failure
 from dpspark.errors import ConfigError, EmbeddingError
@@ -164,3 +165,23 @@ def test_a_store_or_cache_inside_the_input_is_refused_before_spark_starts(tmp_pa
         assert f"error: {what} " in err
         assert f"lies inside the input {data}: dpspark would write into the raw data" in err
     assert {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_the_artefact_cache_follows_the_xdg_cache_directory(tmp_path, monkeypatch):
+    """$DPSPARK_CACHE_DIR, else $XDG_CACHE_HOME/dpspark, else ~/.cache/dpspark; the JVM's class cache sits
+    beside it (jvm/) under the same rule."""
+
+    class Run:
+        embeddings_dir = None
+
+    monkeypatch.delenv("DPSPARK_CACHE_DIR", raising=False)
+    monkeypatch.delenv("DPSPARK_JVM_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir(Run()) == tmp_path / "home" / ".cache" / "dpspark"
+    assert jvm_cache.folder() == tmp_path / "home" / ".cache" / "dpspark" / "jvm"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir(Run()) == tmp_path / "xdg" / "dpspark"
+    assert jvm_cache.folder() == tmp_path / "xdg" / "dpspark" / "jvm"
+    monkeypatch.setenv("DPSPARK_CACHE_DIR", str(tmp_path / "own"))
+    assert cache_dir(Run()) == tmp_path / "own"
