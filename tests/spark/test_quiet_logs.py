@@ -1,6 +1,7 @@
 """Spark's log lines with nothing to act on stay out of dpspark's stderr (issue "A new user's first
-hour"): DAGScheduler's "Broadcasting large task binary" warning, one per LogisticRegression
-iteration of evaluate-utility's TF-IDF models, and netlib's "dlopen(libblas.so.3) failed" line.
+hour"): DAGScheduler's "Broadcasting large task binary" warning, one per task that carries
+evaluate-utility's model (``dpspark.engine.logreg``'s weights and IDF, over 1 MiB, in every scoring
+and gradient task), and netlib's "dlopen(libblas.so.3) failed" line.
 
 Each test runs a small evaluate-utility in a fresh process (a JVM of its own, logging as it
 starts): the CLI's own local session (log4j2-local.properties), and a session dpspark is handed
@@ -22,8 +23,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.runtime]  # each pyspark logs its o
 
 TASK_BINARY = "Broadcasting large task binary"
 DLOPEN = "dlopen("
-# One grid point, one perturbation, the baseline model plus a test-time score: a few MLlib fits' worth
-# of iterations, each of which warns with Spark's own logging (the second test checks that it does).
+# One grid point, one perturbation, the baseline model plus a test-time score: enough tasks that carry
+# the model to warn with Spark's own logging (the second test's MLlib pipeline checks that it does).
 GRID = {"epsilons": [10.0], "lambdas": [1.0], "mode": "test-time", "repeats": 1, "vocab_size": 2000, "seed": 1}
 
 
