@@ -951,15 +951,6 @@ class EvaluateUtilityConfig(CorpusGridSettings):
         if self.label_column == self.text_column:
             raise ValueError(f"text_column and label_column are the same column ({self.text_column!r})")
 
-    @whole
-    def _person_unit(self) -> None:
-        if self.unit.kind == "column":
-            raise ValueError(
-                f"--privacy-unit {self.privacy_unit}: the utility is measured on the release's own transform, which "
-                "walks a person's rows in a release's order, not a split's halves: measure per document here, and a "
-                "person's Nw, Sw and re-identification with privacy-stats --corpus or privacy-risk (they take it)"
-            )
-
     @property
     def write_mode(self) -> str:
         return "overwrite" if self.overwrite else "error"

@@ -51,17 +51,17 @@ from dpspark.run import stats as run_stats
 from dpspark.run import utility as run_utility
 from dpspark.run import vectors as run_vectors
 from dpspark.run.compare import CompareRun
-from dpspark.run.inputs import check_local, column_kinds, read_local
+from dpspark.run.inputs import check_local, column_kinds, read_local, select_columns
 from dpspark.run.local import BATCH_ROWS, LocalBackend, LocalShipment, local_bundle
 from dpspark.run.perturb import PerturbRelease
-from dpspark.run.settings import LABEL, TEXT
+from dpspark.run.settings import LABEL, TEXT, UNIT
 from dpspark.run.transform import count_columns, perturb_partition, row_draws, vector_partition
 from dpspark.run.vectors import VectorsRelease
 from dpspark.spark import commit, io
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.reports import ReportOutput, measure_output
 from dpspark.text import COUNT_NAMES, count_column_tokens, row_tokens
-from dpspark.unit_table import UnitTable, id_key, partition_counts
+from dpspark.unit_table import UnitTable, Walk, id_key, partition_counts
 
 log = logging.getLogger("dpspark")
 
@@ -166,6 +166,8 @@ def _labelled(config: EvaluateUtilityConfig, table: pa.Table) -> tuple[pa.Table,
     classes = [index[v] for v in labels]
     side = utility.in_test(texts, classes, config.split_seed, config.test_fraction)
     labelled = pa.table({TEXT: pa.array(texts, pa.string()), LABEL: pa.array(classes, pa.float64())})
+    if config.unit.kind == "column":  # a person's ids beside their rows, for the halves' walks (run.settings.People)
+        labelled = labelled.append_column(UNIT, table.column(str(config.unit.column)))
     train, test = labelled.filter(pa.array(~side)), labelled.filter(pa.array(side))
     counts = {
         name: dict(Counter(int(c) for c in half.column(LABEL).to_pylist()))
@@ -187,7 +189,13 @@ def run_labelled_local(config: EvaluateUtilityConfig, command: str, what: str, e
         None, config.input, config.output, config.write_mode, what, None, command, local_writes(config)
     )
     with output as out:
-        table = read_local(config.input, [config.text_column, config.label_column])
+        wanted = [config.text_column, config.label_column]
+        if config.unit.kind == "column":  # read once: the id column checked with every column's type, then taken
+            whole = read_local(config.input)
+            units.check_unit_column(*column_kinds(whole), config.unit)
+            table = select_columns(whole, config.input, list(dict.fromkeys([*wanted, str(config.unit.column)])))
+        else:
+            table = read_local(config.input, wanted)
         train, test, values, class_counts = _labelled(config, table)
         with LocalBackend(out.run_id) as backend:
             manifest = evaluate(backend, table, train, test, values, class_counts, out)
@@ -319,7 +327,7 @@ class LocalPerturb(PerturbRelease):
         (rows, the summed per-row counts, a document unit's shape): what Spark's release observes."""
         c = self.config
         hidden = count_columns(run_id)
-        column = c.unit.column if c.unit.kind == "column" else None
+        walk = Walk(str(c.unit.column), self.job_key) if c.unit.kind == "column" else None
         out = perturb_partition(
             _batches(table),
             lambda: local_bundle(self.shipment.name),
@@ -329,7 +337,7 @@ class LocalPerturb(PerturbRelease):
             c.keep_original,
             hidden,
             tuple(c.spec.extra_columns),
-            unit_column=column,
+            walk=walk,
         )
         written, tokens = [], []
         for batch in out:

@@ -146,6 +146,48 @@ class UnitTable:
         return cls(*(load_npy(d / f"{name}.npy") for name in FILES))
 
 
+@dataclass(frozen=True)
+class Counts:
+    """One frame's count pass: per (partition, hashed id) its tokens (``task_counts`` of every task), how many
+    partitions the frame has, and how many of its rows have a null id."""
+
+    partition: np.ndarray
+    hash: np.ndarray
+    count: np.ndarray
+    partitions: int
+    nulls: int
+
+
+def joined(frames: list[Counts]) -> tuple[UnitTable, list[int]]:
+    """One table over frames walked one after another (a labelled split's train half, then its test half): frame
+    i's partitions follow frame i-1's, so a person's tokens in both count together and a cap's order is the
+    frames' order. Returns the table and each frame's partition offset (``Walk.offset``)."""
+    offsets = np.cumsum([0, *[f.partitions for f in frames]])[:-1].astype(int).tolist()
+    partition = np.concatenate([np.zeros(0, np.int64), *[f.partition + o for f, o in zip(frames, offsets)]])
+    hashes = np.concatenate([np.zeros(0, np.int64), *[f.hash for f in frames]])
+    count = np.concatenate([np.zeros(0, np.int64), *[f.count for f in frames]])
+    return UnitTable.build(partition, hashes, count), offsets
+
+
+@dataclass(frozen=True)
+class Walk:
+    """How a release's tasks find their rows' people in a ``column:`` unit's table (the bundle's): the id
+    ``column``, the job key the count pass hashed the ids with (``id_key`` of it), and where this frame's
+    partitions start in the table (``joined``'s offset; 0 for a release's own input)."""
+
+    column: str
+    key: bytes
+    offset: int = 0
+
+    def cursor(self, table: UnitTable | None, partition: int) -> Cursor:
+        if table is None:
+            raise ValueError("a column: unit's walk over a bundle without its unit table")
+        return Cursor(table, partition + self.offset, id_key(self.key))
+
+    def __repr__(self) -> str:  # the key never reaches a log
+        return f"Walk(column={self.column!r}, offset={self.offset})"
+
+
 class Cursor:
     """One task's walk through its partition's rows (``within``: each row's unit total and the unit's tokens
     before it), checking that no person has more tokens here than the count pass found."""

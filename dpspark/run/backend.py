@@ -17,6 +17,7 @@ import numpy as np
 
 from dpspark.npy import load_npy
 from dpspark.progress import Progress
+from dpspark.unit_table import Counts, Walk
 from dpspark.units import PrivacyUnit
 
 Data = Any  # a backend's handle to a table (a DataFrame for Spark): a runner only passes it back
@@ -102,14 +103,22 @@ class Backend(Protocol):
 
     def length_counts(self, data: Data, columns: list[str]) -> dict[int, int]: ...  # a row's tokens → rows (unit shape)
 
-    def person_lengths(self, data: Data, columns: list[str], unit: PrivacyUnit) -> dict[int, int]:
-        """A ``column:`` unit's shape over ``data``: a person's tokens over ``columns`` in all their rows → people,
-        counted per keyed hash of the id where the rows are (``dpspark.unit_table``: no id leaves a task); the id
-        column checked, rows without an id refused (``dpspark.units.refuse_null_ids``)."""
+    def person_counts(self, data: Data, columns: list[str], column: str, job_key: bytes) -> Counts:
+        """A ``column:`` unit's count pass over ``data`` (``dpspark.unit_table``): each partition's tokens over
+        ``columns`` per keyed hash of ``column`` (``id_key(job_key)``), counted where the rows are: no id leaves
+        a task."""
 
     def perturbed(
-        self, data: Data, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False
-    ) -> Data: ...  # the release's transform of the text column (``keep``: the original beside it)
+        self,
+        data: Data,
+        bundle: str,
+        key: bytes,
+        keep: bool = False,
+        vocabulary_only: bool = False,
+        walk: Walk | None = None,
+    ) -> Data:
+        """The release's transform of the text column (``keep``: the original beside it; ``walk``: a ``column:``
+        unit's, over the bundle's unit table, ``dpspark.unit_table.Walk``)."""
 
     def without(self, data: Data, column: str) -> Data: ...
 

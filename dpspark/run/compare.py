@@ -66,7 +66,11 @@ from dpspark.run.risk import risk_rows
 from dpspark.run.settings import (
     ORIGINAL,
     TEXT,
+    UNIT,
+    Halves,
+    People,
     prepare_settings,
+    release_bundle,
     setting_key,
     token_spec,
     unit_grid,
@@ -98,6 +102,7 @@ class CompareRun:
         local: Path,
     ) -> None:
         self.backend, self.config, self.df, self.train, self.test = backend, config, df, train, test
+        self.halves = Halves(train, test)  # and, under a column: unit, their people (after the preparation)
         self.local = local  # the report's files are written here (the backend commits them)
         self.values, self.class_counts = values, class_counts
         self.n_classes = len(values)
@@ -161,7 +166,11 @@ class CompareRun:
         t0 = time.perf_counter()
         self.step = "the non-private baseline and vocabulary only"
         self.backend.describe("compare", "non-private baseline")
-        self.ships.append(self.backend.ship(self.first.write_bundle))
+        if c.unit.kind == "column":  # each person's tokens over both halves, walked by every perturbed copy
+            self.halves = Halves(
+                self.train, self.test, People.count(self.backend, c.unit, [self.train, self.test], [TEXT], UNIT)
+            )
+        self.ships.append(self.backend.ship(release_bundle(self.first, self.halves.people)))
         self.base_bundle = self.ships[0].name
         self.fitted_plain = self.model.fit(self.train, self.base_bundle)
         self.baseline = self.model.score(self.fitted_plain, self.test, self.base_bundle)
@@ -171,7 +180,7 @@ class CompareRun:
             acc, acc, self.baseline["majority_rate"], self.baseline["test_rows"]
         )
         self.corpus = self.corpus_facts()
-        self.unit = unit_grid(self.backend, c, [self.train, self.test])
+        self.unit = unit_grid(self.backend, c, [self.train, self.test], people=self.halves.people)
         self.vocabulary_only = self.measure_vocabulary_only()
         self.timings["baseline_s"] = time.perf_counter() - t0
 
@@ -249,7 +258,7 @@ class CompareRun:
         if prep is self.first:
             bundle = self.base_bundle  # the baseline's bundle is the first setting's
         else:
-            self.ships.append(self.backend.ship(prep.write_bundle))
+            self.ships.append(self.backend.ship(release_bundle(prep, self.halves.people)))
             bundle = self.ships[-1].name
         scores: dict[str, list[dict[str, float]]] = {m: [] for m in utility.MODES}
         sums = None
@@ -257,7 +266,8 @@ class CompareRun:
             for mode in utility.MODES:
                 key = derive_key(self.master, mode, setting_key(spec), r)
                 testing = mode == "test-time"
-                noisy = self.backend.perturbed(self.test if testing else self.train, bundle, key, keep=testing)
+                walk = self.halves.walk(testing)
+                noisy = self.backend.perturbed(self.halves.of(testing), bundle, key, keep=testing, walk=walk)
                 try:
                     if testing:
                         scores[mode].append(

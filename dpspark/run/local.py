@@ -12,10 +12,9 @@ Per-document exposures key a row's draws by its position in the table (Spark: by
 from __future__ import annotations
 
 import logging
-import secrets
 import shutil
 import uuid
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,15 +27,15 @@ from dpspark.bundle import Resources, cached
 from dpspark.engine import classification, logreg, nw_sw
 from dpspark.npy import load_npy
 from dpspark.progress import Progress
-from dpspark.rng import batch_generator
 from dpspark.run.compare import text_sums
 from dpspark.run.inputs import column_kinds, read_local, select_columns
 from dpspark.run.risk import doc_exposure_rows, doc_exposures_of
 from dpspark.run.settings import LABEL, ORIGINAL, TEXT
+from dpspark.run.transform import perturb_partition
 from dpspark.scratch import scratch_dir
 from dpspark.text import count_column_tokens, count_tokens, decode_strings, length_counts, most_frequent
-from dpspark.unit_table import id_key, partition_counts
-from dpspark.units import PrivacyUnit, check_unit_column, refuse_null_ids
+from dpspark.unit_table import Counts, Walk, id_key, partition_counts
+from dpspark.units import PrivacyUnit, check_unit_column
 
 log = logging.getLogger("dpspark")
 
@@ -169,12 +168,9 @@ class LocalBackend:
     def length_counts(self, data: pa.Table, columns: list[str]) -> dict[int, int]:
         return length_counts(data, columns)
 
-    def person_lengths(self, data: pa.Table, columns: list[str], unit: PrivacyUnit) -> dict[int, int]:
-        check_unit_column(*column_kinds(data), unit)
-        key = id_key(secrets.token_bytes(32))  # the hashes stay in this run: any key of its own
-        _, tokens, nulls = partition_counts(data.to_batches(), str(unit.column), columns, key)
-        refuse_null_ids(nulls, unit)
-        return dict(Counter(tokens.tolist()))
+    def person_counts(self, data: pa.Table, columns: list[str], column: str, job_key: bytes) -> Counts:
+        keys, tokens, nulls = partition_counts(data.to_batches(), column, columns, id_key(job_key))
+        return Counts(np.zeros(len(keys), np.int64), keys, tokens, 1, nulls)
 
     def corpus(self, path: str, columns: list[str], unit: PrivacyUnit | None = None) -> pa.Table:
         if unit is None or unit.column is None:
@@ -187,16 +183,30 @@ class LocalBackend:
         return LocalClassifier(name, n_classes)
 
     def perturbed(
-        self, data: pa.Table, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False
+        self,
+        data: pa.Table,
+        bundle: str,
+        key: bytes,
+        keep: bool = False,
+        vocabulary_only: bool = False,
+        walk: Walk | None = None,
     ) -> pa.Table:
-        """The release's transform of the text column in this process: the table as one partition in batches
-        of ``BATCH_ROWS`` (Spark's Arrow batches of a one-task input), batch i drawing from
-        ``batch_generator(key, 0, i)``, so a one-task Spark run draws the same."""
-        perturber = local_bundle(bundle).perturber(vocabulary_only)
-        batches = []
-        for number, batch in enumerate(data.to_batches(max_chunksize=BATCH_ROWS)):
-            names, arrays, _ = perturber.perturb_batch(batch, batch_generator(key, 0, number), [TEXT], keep)
-            batches.append(pa.RecordBatch.from_arrays(arrays, names=names))
+        """The release's transform of the text column in this process (``dpspark.run.transform``): the table as
+        one partition in batches of ``BATCH_ROWS`` (Spark's Arrow batches of a one-task input), batch i drawing
+        from ``batch_generator(key, 0, i)``, so a one-task Spark run draws the same."""
+        batches = list(
+            perturb_partition(
+                data.to_batches(max_chunksize=BATCH_ROWS),
+                lambda: local_bundle(bundle),
+                0,
+                key,
+                [TEXT],
+                keep,
+                [],
+                vocabulary_only=vocabulary_only,
+                walk=walk,
+            )
+        )
         if not batches:
             return data.append_column(ORIGINAL, data.column(TEXT)) if keep else data
         return pa.Table.from_batches(batches)

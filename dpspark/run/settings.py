@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ from dpspark.mechanisms import MechanismSpec
 from dpspark.neighbours import AnnoyIndex
 from dpspark.params import epsilon_value
 from dpspark.prepare import Prepared, prepare, prepare_grid
+from dpspark.unit_table import UnitTable, Walk, joined
 
-TEXT, LABEL = "text", "label"  # the labelled commands' internal columns
+TEXT, LABEL, UNIT = "text", "label", "unit"  # the labelled commands' internal columns (UNIT: a column: unit's ids)
 ORIGINAL = f"{TEXT}_original"  # the perturb transform's keep_original column
 
 
@@ -38,22 +41,76 @@ def perturb_config(config: EvaluateUtilityConfig, spec: MechanismSpec) -> Pertur
     return PerturbConfig.parse(values)
 
 
+@dataclasses.dataclass(frozen=True)
+class People:
+    """A ``column:`` unit's people over a measuring command's frames (the labelled halves, train then test; or
+    one corpus): their table (``dpspark.unit_table.joined``: each person's tokens over all the frames), and each
+    frame's walk through it, whose key (the count pass's, one per run) never leaves the run."""
+
+    table: UnitTable
+    walks: list[Walk]
+
+    @classmethod
+    def count(cls, backend: Any, unit: units.PrivacyUnit, frames: list[Any], columns: list[str], column: str) -> People:
+        """Counted by ``backend.person_counts`` where the rows are, ``column`` holding ``unit``'s ids in
+        ``frames``; rows without an id refused (``units.refuse_null_ids``)."""
+        key = secrets.token_bytes(32)
+        counts = [backend.person_counts(frame, columns, column, key) for frame in frames]
+        units.refuse_null_ids(sum(c.nulls for c in counts), unit)
+        table, offsets = joined(counts)
+        return cls(table, [Walk(column, key, offset) for offset in offsets])
+
+    def bundle(self, write: Callable[[Path], object]) -> Callable[[Path], None]:
+        """A bundle writer: ``write``'s bundle with the table beside it (what each setting's release walks)."""
+
+        def both(directory: Path) -> None:
+            write(directory)
+            self.table.save(directory)
+
+        return both
+
+
+def release_bundle(prep: Prepared, people: People | None) -> Callable[[Path], object]:
+    """A setting's bundle writer: its preparation's, with a ``column:`` unit's table beside it."""
+    return prep.write_bundle if people is None else people.bundle(prep.write_bundle)
+
+
+@dataclasses.dataclass(frozen=True)
+class Halves:
+    """A labelled split's halves and, under a ``column:`` unit, their people: the perturbed copies of a half walk
+    each person's tokens over both halves (train's first)."""
+
+    train: Any
+    test: Any
+    people: People | None = None
+
+    def of(self, testing: bool) -> Any:
+        return self.test if testing else self.train
+
+    def walk(self, testing: bool) -> Walk | None:
+        return None if self.people is None else self.people.walks[int(testing)]
+
+
 def unit_grid(
-    backend: Any, config: UnitGridSettings, halves: list[Any], columns: tuple[str, ...] = (TEXT,)
+    backend: Any,
+    config: UnitGridSettings,
+    halves: list[Any],
+    columns: tuple[str, ...] = (TEXT,),
+    people: People | None = None,
 ) -> dict[str, Any]:
     """A measuring command's privacy unit in its manifest: the unit and its adjacency and, under a unit other
     than the token, the allocation, the grid's budgets, the units' shape over ``halves`` (the rows of the text
     ``columns``: one unit each, the labelled halves, privacy-risk's corpus or privacy-stats'; under a ``column:``
-    unit a person's rows together, counted by ``backend.person_lengths``, the halves then holding the id column)
-    and the per-token ε each budget gives on this data (min, the median unit's, max)."""
+    unit a person's rows together over all the halves, ``people``'s table, else counted here with the id column
+    under its own name) and the per-token ε each budget gives on this data (min, the median unit's, max)."""
     unit = config.unit
     out: dict[str, Any] = {"privacy_unit": unit.fields(), "adjacency": unit.adjacency()}
     if unit.is_token:
         return out
     lengths: Counter[int] = Counter()
-    if unit.kind == "column":  # over one frame: a person's rows in two halves would count as two people
-        (whole,) = halves
-        lengths.update(backend.person_lengths(whole, list(columns), unit))
+    if unit.kind == "column":  # a person's rows in two halves are one person
+        people = people or People.count(backend, unit, halves, list(columns), str(unit.column))
+        lengths.update(people.table.unit_totals().tolist())
     else:
         for half in halves:
             lengths.update(backend.length_counts(half, list(columns)))

@@ -18,7 +18,7 @@ from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
 from dpspark.text import COUNT_NAMES, decode_strings, tokenize
-from dpspark.unit_table import Cursor, id_key
+from dpspark.unit_table import Walk
 
 
 def count_columns(run_id: str) -> list[str]:
@@ -37,24 +37,28 @@ def perturb_partition(
     counts: list[str],
     extra: tuple[str, ...] = (),
     vocabulary_only: bool = False,
-    unit_column: str | None = None,
+    walk: Walk | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One partition of the release's transform, batch by batch: batch i of ``partition`` draws from
     ``batch_generator(job_key, partition, i)``; the bundle's resources (``load()``) are loaded at the first batch,
-    so an empty partition loads nothing. Each batch gets the per-row ``counts`` columns; a ``column:`` unit's
-    tokens are walked in the partition's order (``dpspark.unit_table.Cursor``)."""
+    so an empty partition loads nothing. Each batch gets the per-row ``counts`` columns (none: ``counts`` empty);
+    a ``column:`` unit's tokens are walked in the partition's order (``walk``: ``dpspark.unit_table.Cursor``).
+    A bundle holding a unit table is never released without its walk: each row would be a unit of its own."""
     perturber = cursor = None
     for number, batch in enumerate(batches):
         if perturber is None:
             shipped = load()
             perturber = shipped.perturber(vocabulary_only)
-            if unit_column is not None:  # a column: unit: this partition's walk through its people's tokens
-                cursor = Cursor(shipped.units, partition, id_key(job_key))
+            if walk is not None:  # a column: unit: this partition's walk through its people's tokens
+                cursor = walk.cursor(shipped.units, partition)
+            elif shipped.units is not None and not vocabulary_only:
+                raise ValueError("a column: unit's bundle released without its walk (dpspark.unit_table.Walk)")
         rng = batch_generator(job_key, partition, number)
-        within = None if cursor is None else partial(cursor.within, batch.column(unit_column))
+        within = None if cursor is None else partial(cursor.within, batch.column(walk.column))
         names, arrays, totals = perturber.perturb_batch(batch, rng, columns, keep, extra, within)
-        names += counts
-        arrays += [numbers(totals[:, j], np.int64) for j in range(len(COUNT_NAMES))]
+        if counts:
+            names += counts
+            arrays += [numbers(totals[:, j], np.int64) for j in range(len(COUNT_NAMES))]
         yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 

@@ -39,7 +39,17 @@ from dpspark.prepare import Prepared
 from dpspark.progress import Progress
 from dpspark.rng import derive_key, new_job_key
 from dpspark.run.backend import Backend, Classifier, Data, Shipment
-from dpspark.run.settings import prepare_settings, setting_key, unit_grid, unit_line
+from dpspark.run.settings import (
+    TEXT,
+    UNIT,
+    Halves,
+    People,
+    prepare_settings,
+    release_bundle,
+    setting_key,
+    unit_grid,
+    unit_line,
+)
 from dpspark.scratch import scratch_dir
 
 log = logging.getLogger("dpspark")
@@ -66,7 +76,8 @@ def evaluate(
     model = backend.classifier(config.model, n_classes)
     modes = utility.MODES if config.mode == "both" else (config.mode,)
     n_train, n_test = backend.rows(train), backend.rows(test)
-    unit = unit_grid(backend, config, [train, test])
+    people = People.count(backend, config.unit, [train, test], [TEXT], UNIT) if config.unit.kind == "column" else None
+    unit = unit_grid(backend, config, [train, test], people=people)
     specs = config.settings()
     axes = report.axis_names()
     workdir = scratch_dir() / f"utility-{backend.run_id}"
@@ -80,7 +91,7 @@ def evaluate(
 
         t0 = time.perf_counter()
         backend.describe("evaluate-utility", "non-private baseline")
-        ships.append(backend.ship(first.write_bundle))
+        ships.append(backend.ship(release_bundle(first, people)))
         base_bundle = ships[0].name
         fitted_plain = model.fit(train, base_bundle)
         baseline = {"mechanism": None, "setting": None, "epsilon": None, **dict.fromkeys(axes)}
@@ -90,7 +101,8 @@ def evaluate(
         baseline_s = time.perf_counter() - t0
         log.info("evaluate-utility baseline: %s", {m: round(results[0][m], 4) for m in metrics})
 
-        point_s = _score_settings(backend, config, model, preps, ships, train, test, fitted_plain, results)
+        halves = Halves(train, test, people)
+        point_s = _score_settings(backend, config, model, preps, ships, halves, fitted_plain, results)
     finally:
         for s in ships:
             s.close()
@@ -190,8 +202,7 @@ def _score_settings(
     model: Classifier,
     preps: list[Prepared],
     ships: list[Shipment],
-    train: Data,
-    test: Data,
+    halves: Halves,
     fitted_plain: Any,
     results: list[dict[str, Any]],
 ) -> list[float]:
@@ -211,7 +222,7 @@ def _score_settings(
         if prep is preps[0]:
             shipment = ships[0]  # the baseline's bundle is the first setting's
         else:
-            shipment = backend.ship(prep.write_bundle)
+            shipment = backend.ship(release_bundle(prep, halves.people))
             ships.append(shipment)
         own = spec.axes()
         point = {
@@ -223,10 +234,11 @@ def _score_settings(
         for r in range(config.repeats):
             for mode in modes:
                 key = derive_key(master, mode, setting_key(spec), r)
-                noisy = backend.perturbed(train if mode == "train-time" else test, shipment.name, key)
+                testing = mode == "test-time"
+                noisy = backend.perturbed(halves.of(testing), shipment.name, key, walk=halves.walk(testing))
                 try:
-                    if mode == "train-time":
-                        scores = model.score(model.fit(noisy, shipment.name), test, shipment.name)
+                    if not testing:
+                        scores = model.score(model.fit(noisy, shipment.name), halves.test, shipment.name)
                     else:
                         scores = model.score(fitted_plain, noisy, shipment.name)
                 finally:

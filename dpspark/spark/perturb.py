@@ -33,7 +33,7 @@ from dpspark.spark.transform import (
     units_over_cap,
 )
 from dpspark.text import COUNT_NAMES, most_frequent
-from dpspark.unit_table import UnitTable
+from dpspark.unit_table import UnitTable, Walk
 from dpspark.units import PrivacyUnit
 
 # PerturbConfig fields that only a written release uses: perturb_text refuses them (dpspark.release takes them).
@@ -96,10 +96,8 @@ class PerturbJob(PerturbRelease):
     def transform(self, df: DataFrame, run_id: str) -> tuple[DataFrame, list[Any]]:
         c = self.config
         extra = c.spec.extra_columns
-        column = c.unit.column if c.unit.kind == "column" else None
-        out = perturb(
-            df, self.shipment.name, self.job_key, list(c.columns), c.keep_original, run_id, extra, unit_column=column
-        )
+        walk = Walk(str(c.unit.column), self.job_key) if c.unit.kind == "column" else None
+        out = perturb(df, self.shipment.name, self.job_key, list(c.columns), c.keep_original, run_id, extra, walk=walk)
         summed = dict(zip(COUNT_NAMES, count_columns(run_id)))
         sums = [F.sum(F.col(quote(summed[name]))).alias(name) for name in self.sums()]
         if c.unit_budget is not None:

@@ -9,8 +9,6 @@ the field's text metrics are summed per Arrow batch on the executors, and the pr
 
 from __future__ import annotations
 
-import secrets
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,10 +32,11 @@ from dpspark.spark import backend, io, resources
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.perturb import check_columns, check_unit_column, vocabulary_from_corpus
 from dpspark.spark.session import is_connect
-from dpspark.spark.transform import count_columns, map_in_arrow, perturb, quote, token_counts, unit_counts
+from dpspark.spark.transform import count_columns, frame_counts, map_in_arrow, perturb, quote, token_counts
 from dpspark.stats import WorkItem
 from dpspark.text import decode_strings, length_counts
-from dpspark.units import PrivacyUnit, refuse_null_ids
+from dpspark.unit_table import Counts, Walk
+from dpspark.units import PrivacyUnit
 
 # The training half's blocks are fitted in the driver's process up to this many bytes of features (about
 # 2.5 million tokens); a larger half is fitted where it is, one Spark job per step of the optimiser.
@@ -160,12 +159,19 @@ def _df_of(x: Any) -> np.ndarray:
     return np.zeros(x.shape[1]) if isinstance(x, np.ndarray) else logreg.document_frequency(x)
 
 
-def perturbed(df: DataFrame, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False) -> DataFrame:
+def perturbed(
+    df: DataFrame,
+    bundle: str,
+    key: bytes,
+    keep: bool = False,
+    vocabulary_only: bool = False,
+    walk: Walk | None = None,
+) -> DataFrame:
     """``df`` with its text perturbed by the release's executor transform (``keep``: the original beside it;
-    ``vocabulary_only``: no noise, each word its nearest vocabulary word), persisted in memory only: it
-    holds the raw text, never on disk."""
+    ``vocabulary_only``: no noise, each word its nearest vocabulary word; ``walk``: a ``column:`` unit's),
+    persisted in memory only: it holds the raw text, never on disk."""
     run_id = io.new_run_id()
-    out = perturb(df, bundle, key, [TEXT], keep, run_id, vocabulary_only=vocabulary_only)
+    out = perturb(df, bundle, key, [TEXT], keep, run_id, vocabulary_only=vocabulary_only, walk=walk)
     return out.drop(*count_columns(run_id)).persist(StorageLevel.MEMORY_ONLY)
 
 
@@ -209,17 +215,19 @@ class SparkBackend:
             total[int(r["n"])] = total.get(int(r["n"]), 0) + int(r["rows"])
         return total
 
-    def person_lengths(self, data: DataFrame, columns: list[str], unit: PrivacyUnit) -> dict[int, int]:
-        check_unit_column(data, unit)
-        picked = data.select(*map(quote, [*columns, str(unit.column)]))
-        table, nulls = unit_counts(picked, str(unit.column), columns, secrets.token_bytes(32))
-        refuse_null_ids(nulls, unit)
-        return dict(Counter(table.unit_totals().tolist()))
+    def person_counts(self, data: DataFrame, columns: list[str], column: str, job_key: bytes) -> Counts:
+        return frame_counts(data, column, columns, job_key)
 
     def perturbed(
-        self, data: DataFrame, bundle: str, key: bytes, keep: bool = False, vocabulary_only: bool = False
+        self,
+        data: DataFrame,
+        bundle: str,
+        key: bytes,
+        keep: bool = False,
+        vocabulary_only: bool = False,
+        walk: Walk | None = None,
     ) -> DataFrame:
-        return perturbed(data, bundle, key, keep=keep, vocabulary_only=vocabulary_only)
+        return perturbed(data, bundle, key, keep=keep, vocabulary_only=vocabulary_only, walk=walk)
 
     def without(self, data: DataFrame, column: str) -> DataFrame:
         return data.drop(column)

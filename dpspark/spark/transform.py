@@ -31,7 +31,7 @@ from dpspark.text import (
     count_column_tokens,
     row_tokens,
 )
-from dpspark.unit_table import UnitTable, id_key, partition_counts
+from dpspark.unit_table import Counts, UnitTable, Walk, id_key, partition_counts
 from dpspark.units import SHAPE, Allocation, over_cap_counts
 
 
@@ -127,20 +127,28 @@ def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, in
 def unit_counts(
     df: DataFrame, unit_column: str, columns: list[str], job_key: bytes, bundle: str | None = None
 ) -> tuple[UnitTable, int]:
+    """A ``column:`` unit's table over ``df`` (``frame_counts``) and how many rows have a null id."""
+    c = frame_counts(df, unit_column, columns, job_key, bundle)
+    return UnitTable.build(c.partition, c.hash, c.count), c.nulls
+
+
+def frame_counts(
+    df: DataFrame, unit_column: str, columns: list[str], job_key: bytes, bundle: str | None = None
+) -> Counts:
     """A ``column:`` unit's count pass (``dpspark.unit_table``): each task sums the tokens of ``columns`` (with
     the shipped ``bundle`` of a text-level mechanism: each row's draws, ``row_draws``) per keyed hash of
     ``unit_column`` in its partition; the partial counts reach the driver as task results (no shuffle,
-    docs/shuffles.md). Returns the table and how many rows have a null id."""
+    docs/shuffles.md)."""
     key = id_key(job_key)
 
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         lengths = None if bundle is None else row_draws(partial(resources, bundle), columns)
         keys, sums, nulls = partition_counts(batches, unit_column, columns, key, lengths)
-        part = _task_partition()  # then a row of the task's null ids, at partition -1
+        part = _task_partition()  # then the task's row of null ids: at partition -1, its own partition as hash
         yield pa.RecordBatch.from_pydict(
             {
                 "p": pa.array([*[part] * len(keys), -1], pa.int64()),
-                "h": pa.array([*keys.tolist(), 0], pa.int64()),
+                "h": pa.array([*keys.tolist(), part], pa.int64()),
                 "n": pa.array([*sums.tolist(), nulls], pa.int64()),
             }
         )
@@ -151,7 +159,8 @@ def unit_counts(
     got = map_in_arrow(df, count, fields).collect()
     p, h, n = (np.array([r[i] for r in got], np.int64).reshape(-1) for i in range(3))
     counted = p >= 0
-    return UnitTable.build(p[counted], h[counted], n[counted]), int(n[~counted].sum())
+    partitions = int(h[~counted].max()) + 1 if (~counted).any() else 0
+    return Counts(p[counted], h[counted], n[counted], partitions, int(n[~counted].sum()))
 
 
 def _task_partition() -> int:
@@ -169,13 +178,13 @@ def perturb(
     run_id: str,
     extra: dict[str, str] | None = None,
     vocabulary_only: bool = False,
-    unit_column: str | None = None,
+    walk: Walk | None = None,
 ) -> DataFrame:
     """``df`` with ``columns`` perturbed, then ``<col>_<suffix>`` for each of the mechanism's ``extra``
     columns (``MechanismSpec.extra_columns``: SynTF's term frequencies ``<col>_tf``, map<string, int>),
     ``<col>_original`` if ``keep``, and the hidden count columns. ``vocabulary_only``: every word its
     nearest vocabulary word, no noise (``dpspark.bundle.VocabularyOnly``; evaluations only).
-    ``unit_column``: a ``column:`` unit's id column, whose table (``unit_counts``) the bundle holds."""
+    ``walk``: a ``column:`` unit's id column and key, whose table (``unit_counts``) the bundle holds."""
     counts = count_columns(run_id)
     fields = list(df.schema.fields)
     for suffix, kind in (extra or {}).items():
@@ -196,7 +205,7 @@ def perturb(
             counts,
             tuple(extra or {}),
             vocabulary_only,
-            unit_column,
+            walk,
         )
 
     return map_in_arrow(df, run, fields)

@@ -51,8 +51,9 @@ from dpspark.config import EvaluateUtilityConfig
 from dpspark.errors import InputDataError
 from dpspark.prepare import local_writes
 from dpspark.run import utility as run_utility
-from dpspark.run.settings import LABEL, TEXT
+from dpspark.run.settings import LABEL, TEXT, UNIT
 from dpspark.spark import io, lineage
+from dpspark.spark.perturb import check_unit_column
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect, quiet_spark_logs
 from dpspark.spark.sparkbackend import SparkBackend
@@ -98,11 +99,14 @@ def label_classes(df: DataFrame, label: str) -> tuple[list[Any], list[str], list
 
 
 def labelled_frame(df: DataFrame, config: EvaluateUtilityConfig, keys: list[str], rows: int) -> DataFrame:
-    """(text, label index) with null texts as empty strings, in about rows / ROWS_PER_TASK tasks (no shuffle)."""
+    """(text, label index) with null texts as empty strings, and a ``column:`` unit's ids (``UNIT``), in about
+    rows / ROWS_PER_TASK tasks (no shuffle)."""
     index = F.create_map(*[x for i, k in enumerate(keys) for x in (F.lit(k), F.lit(float(i)))])
+    ids = [F.col(quote(str(config.unit.column))).alias(UNIT)] if config.unit.kind == "column" else []
     out = df.select(
         F.coalesce(F.col(quote(config.text_column)), F.lit("")).alias(TEXT),
         F.element_at(index, F.col(quote(config.label_column)).cast("string")).alias(LABEL),  # Connect 3.5: no map[col]
+        *ids,
     )
     tasks = max(1, math.ceil(rows / ROWS_PER_TASK))
     return out.coalesce(tasks) if num_partitions(out) > tasks else out
@@ -118,20 +122,16 @@ def num_partitions(df: DataFrame) -> int:
 
 def _with_side(batches: Iterator[pa.RecordBatch], seed: int, fraction: float) -> Iterator[pa.RecordBatch]:
     for b in batches:
-        side = utility.in_test(b.column(0).to_pylist(), b.column(1).to_pylist(), seed, fraction)
-        yield pa.RecordBatch.from_arrays([b.column(0), b.column(1), pa.array(side)], names=[TEXT, LABEL, "test"])
+        side = utility.in_test(b.column(TEXT).to_pylist(), b.column(LABEL).to_pylist(), seed, fraction)
+        yield pa.RecordBatch.from_arrays([*b.columns, pa.array(side)], names=[*b.schema.names, "test"])
 
 
 def split(df: DataFrame, config: EvaluateUtilityConfig, values: list[Any], rows: int) -> tuple[DataFrame, DataFrame]:
     """The fixed split (``utility.in_test``: a keyed hash of each row, computed on the executors), both halves
     persisted in memory; every class must be in both halves."""
     seed, f = config.split_seed, config.test_fraction
-    fields = [
-        T.StructField(TEXT, T.StringType()),
-        T.StructField(LABEL, T.DoubleType()),
-        T.StructField("test", T.BooleanType()),
-    ]
-    sided = map_in_arrow(df.select(TEXT, LABEL), lambda it: _with_side(it, seed, f), fields)
+    fields = [*df.schema.fields, T.StructField("test", T.BooleanType())]  # text, label (and a unit's ids)
+    sided = map_in_arrow(df, lambda it: _with_side(it, seed, f), fields)
     train = sided.filter(~F.col("test")).drop("test").persist(StorageLevel.MEMORY_ONLY)
     test = sided.filter(F.col("test")).drop("test").persist(StorageLevel.MEMORY_ONLY)
     counts = {}
@@ -174,6 +174,7 @@ def run_labelled(
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_input(df, config)
+        check_unit_column(df, config.unit)
         with io.SqlConf(spark, {"spark.sql.shuffle.partitions": "4"}):  # label counts: a handful of rows
             values, keys, class_counts = label_classes(df, config.label_column)
             rows = sum(class_counts)

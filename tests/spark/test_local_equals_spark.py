@@ -115,20 +115,34 @@ def test_privacy_risk_is_the_same_on_both_engines(spark, tmp_path, unit):
     assert manifests["spark"]["corpus"] == manifests["local"]["corpus"]
 
 
-@pytest.mark.runtime
-def test_evaluate_utility_is_the_same_on_both_engines(tmp_path, sms120):
+@pytest.mark.parametrize(
+    "unit",  # per person once, in make test: the document's path with the people's count over both halves
+    [
+        pytest.param(["--privacy-unit", "document"], marks=pytest.mark.runtime, id="document"),
+        pytest.param(["--privacy-unit", "column:user", "--allocation", "cap:40"], id="column-cap"),
+    ],
+)
+def test_evaluate_utility_is_the_same_on_both_engines(tmp_path, sms120, unit):
     """The same split (a keyed hash of each row), the same perturbed copies (one task: batch i draws from
     (key, 0, i) on both), the same fit: results.parquet equal, value for value. Under a document unit, so that the
     units' shape (tokens per row, counted where the rows are) and the allocated draws are compared too (compare's
-    test below takes the token unit)."""
-    argv = ["evaluate-utility", "--input", sms120, "--text-column", "text", "--label-column", "label"]
-    argv += ["--privacy-unit", "document", "--unit-budgets", "50", "--lambdas", "0,1", "--mode", "both"]
+    test below takes the token unit); per person under a cap, so that each person's walk over both halves (the
+    count over train's partitions then test's, and where each person's cap falls) is compared too."""
+    data = sms120
+    if "column:user" in unit:  # 12 users of 10 messages each, in both halves
+        table = pq.read_table(sms120)
+        data = str(tmp_path / "users.parquet")
+        pq.write_table(table.append_column("user", pa.array([f"u{i % 12}" for i in range(table.num_rows)])), data)
+    argv = ["evaluate-utility", "--input", data, "--text-column", "text", "--label-column", "label", *unit]
+    argv += ["--unit-budgets", "50", "--lambdas", "0,1", "--mode", "both"]
     manifests = run_both(tmp_path, [*argv, "--repeats", "1", "--vocab-size", "2000"])
     a, b = (pq.read_table(tmp_path / e / "results.parquet") for e in ("spark", "local"))
     assert a.num_rows == 5 and a.schema == b.schema  # the baseline, 2 settings × 2 modes
     assert same(a.to_pylist(), b.to_pylist())
     for key in ("rows", "classes", "split", "model_params", "settings", "unit_counts", "token_epsilons"):
         assert manifests["spark"][key] == manifests["local"][key], key
+    if "column:user" in unit:
+        assert manifests["local"]["unit_counts"]["units"] == 12 and manifests["local"]["unit_counts"]["tokens_over_cap"]
 
 
 @pytest.mark.runtime

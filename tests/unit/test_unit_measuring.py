@@ -9,6 +9,7 @@ refusals."""
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 
 import numpy as np
@@ -23,7 +24,7 @@ from dpspark.embeddings import embeddings_of
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.rng import batch_generator
 from dpspark.run.local import LocalBackend
-from dpspark.run.settings import TEXT, prepare_settings
+from dpspark.run.settings import LABEL, TEXT, UNIT, Halves, People, prepare_settings, release_bundle
 from dpspark.text import tokenize
 
 ROWS = 120
@@ -274,12 +275,9 @@ def test_a_unit_grid_refuses_what_it_cannot_measure(sms, tmp_path, capsys, comma
     for extra, phrase in cases:
         refused(capsys, tmp_path, [*base, *extra], ConfigError.exit_code, phrase)
     person = ["--privacy-unit", "column:user_id", "--unit-budgets", "20"]
-    if command in ("evaluate-utility", "compare"):  # measured on the release's transform, per document only
-        refused(capsys, tmp_path, [*base, *person], ConfigError.exit_code, "measure per document here")
-    else:  # they take it: the id column must be there
-        refused(capsys, tmp_path, [*base, *person], InputDataError.exit_code, "the unit column 'user_id'")
-        same = ["--privacy-unit", "column:text", "--unit-budgets", "20"]
-        refused(capsys, tmp_path, [*base, *same], ConfigError.exit_code, "is also the text column")
+    refused(capsys, tmp_path, [*base, *person], InputDataError.exit_code, "the unit column 'user_id'")
+    same = ["--privacy-unit", "column:text", "--unit-budgets", "20"]
+    refused(capsys, tmp_path, [*base, *same], ConfigError.exit_code, "is also the text column")
 
 
 def test_the_per_token_share_never_exceeds_the_budget_over_the_units_tokens():
@@ -293,3 +291,105 @@ def test_the_per_token_share_never_exceeds_the_budget_over_the_units_tokens():
         starts = np.concatenate([[0], np.cumsum(n)[:-1]])
         sums = np.add.reduceat(np.where(a.drawn, a.epsilons, 0.0), starts)
         assert np.all(sums <= 25.0 * (1 + 1e-12)) and (alloc != "scale" or np.allclose(sums, 25.0))
+
+
+def person_halves(vocabulary: list[str]) -> tuple[pa.Table, pa.Table, dict[str, tuple[int, int]]]:
+    """A labelled split's halves with a user id column (``UNIT``): six users, each with rows in both halves,
+    their texts of vocabulary words only (no placeholder but a cap's); and each user's (train, test) tokens."""
+    rng = np.random.default_rng(5)
+    halves, tokens = [], {}
+    for side in (0, 1):
+        users = [f"u{i % 6}" for i in range(30 + 6 * side)]
+        texts = [" ".join(rng.choice(vocabulary, int(rng.integers(1, 9)))) for _ in users]
+        for u, t in zip(users, texts):
+            n = tokens.setdefault(u, [0, 0])
+            n[side] += len(t.split())
+        labels = [float(i % 2) for i in range(len(users))]
+        halves.append(pa.table({TEXT: texts, LABEL: labels, UNIT: users}))
+    return halves[0], halves[1], {u: (a, b) for u, (a, b) in tokens.items()}
+
+
+@pytest.mark.parametrize("allocation", ["scale", "cap:12"])
+def test_per_person_copies_walk_each_persons_tokens_over_both_halves(tmp_path, allocation):
+    """evaluate-utility and compare per person: one count over both halves (train's partitions first), so each
+    person's tokens in either half share the person's budget E. Under ``scale`` each copy is ``perturb_units``
+    of its rows, draw for draw, with every row's unit total (both halves) and the person's tokens before it
+    (train's rows come first) computed here; under ``cap:K`` exactly min(K, n) of a person's n tokens are drawn,
+    their train tokens first. A bundle with the table is never perturbed without its walk."""
+    config = EvaluateUtilityConfig.parse(
+        {"input": "in.parquet", "output": "o", "text_column": "text", "label_column": "label"}
+        | {"privacy_unit": "column:user", "unit_budgets": "300", "allocation": allocation}
+        | {"mechanisms": "laplace", "vocab_size": 2000}
+    )
+    (prep,) = prepare_settings(config, config.settings(), embeddings_of(config), tmp_path / "w")
+    vocabulary = [w for w in (prep.embeddings.words[r] for r in prep.vocab_rows[:300]) if w.isalpha()]
+    train, test, tokens = person_halves(vocabulary)
+    key = b"p" * 16
+    with LocalBackend("t") as backend:
+        people = People.count(backend, config.unit, [train, test], [TEXT], UNIT)
+        assert sorted(people.table.unit_totals().tolist()) == sorted(a + b for a, b in tokens.values())
+        halves = Halves(train, test, people)
+        ship = backend.ship(release_bundle(prep, people))
+        got = [backend.perturbed(halves.of(t), ship.name, key, walk=halves.walk(t)) for t in (False, True)]
+        with pytest.raises(ValueError, match="without its walk"):
+            backend.perturbed(train, ship.name, key)
+    if allocation == "scale":
+        perturber = prep.perturber()
+        seen = dict.fromkeys(tokens, 0)
+        for half, out in zip((train, test), got):
+            users, texts = half.column(UNIT).to_pylist(), half.column(TEXT).combine_chunks()
+            lengths = [len(t.split()) for t in texts.to_pylist()]
+            totals = np.array([sum(tokens[u]) for u in users])
+            before = []
+            for u, n in zip(users, lengths):
+                before.append(seen[u])
+                seen[u] += n
+            rows = (totals, np.array(before))
+            want = perturber.perturb_units([texts], batch_generator(key, 0, 0), lambda _, r=rows: r)[0][0].to_pylist()
+            assert out.column(TEXT).to_pylist() == want
+        return
+    cap = 12
+    kept = {u: [0, 0] for u in tokens}
+    for side, out in enumerate(got):
+        for u, t in zip(out.column(UNIT).to_pylist(), out.column(TEXT).to_pylist()):
+            kept[u][side] += sum(w != prep.config.oov_token for w in t.split())
+    for u, (n_train, n_test) in tokens.items():
+        assert kept[u][0] == min(cap, n_train), u  # train's tokens first
+        assert kept[u][1] == min(cap - kept[u][0], n_test), u
+        assert sum(kept[u]) == min(cap, n_train + n_test)
+
+
+def test_evaluate_utility_and_compare_per_person_state_the_persons_shape(sms, tmp_path, capsys):
+    """``column:user``: the person's tokens over both halves are the unit (the manifest's shape counts each user
+    once), compare measures its per-token figures at E/n for the median user's n tokens, and the reports say
+    "user"; rows without an id are refused, naming how many, with nothing left behind."""
+    table = pq.read_table(sms)
+    users = [f"u{i % 8}" for i in range(table.num_rows)]
+    data = tmp_path / "in" / "users.parquet"
+    data.parent.mkdir()
+    pq.write_table(table.append_column("user", pa.array(users)), data)
+    per_user = sorted(sum(n for n, v in zip(lengths(sms), users) if v == u) for u in set(users))
+    median = per_user[(len(per_user) - 1) // 2]
+    base = ["--engine", "local", "--input", str(data), "--text-column", "text", "--label-column", "label"]
+    base += ["--privacy-unit", "column:user", "--unit-budgets", "400", "--mechanisms", "laplace", "--repeats", "1"]
+    base += ["--vocab-size", "2000"]
+    out = tmp_path / "out"
+    assert main(["evaluate-utility", *base, "--output", str(out / "u")]) == 0
+    assert main(["compare", *base, "--runs", "4", "--refine", "0", "--output", str(out / "c")]) == 0
+    for name, report in (("u", "summary.md"), ("c", "report.md")):
+        m = json.loads((out / name / "_dpspark_manifest.json").read_text())
+        assert m["privacy_unit"] == {"kind": "column", "column": "user", "id_space": "user"}
+        assert m["unit_counts"]["units"] == 8
+        assert m["unit_counts"]["tokens_per_unit"] == {"min": per_user[0], "median": median, "max": per_user[-1]}
+        assert m["token_epsilons"][0]["median_unit"] == pytest.approx(400 / median)
+        assert "Privacy unit: user" in (out / name / report).read_text(encoding="utf-8")
+    (row,) = pq.read_table(out / "c" / "compare.parquet").to_pylist()
+    assert row["epsilon"] == 400.0 and row["token_epsilon"] == pytest.approx(400 / median)
+    shutil.rmtree(out)
+    capsys.readouterr()
+    nulls = [None if i in (2, 7, 30) else u for i, u in enumerate(users)]
+    pq.write_table(table.append_column("user", pa.array(nulls)), data)
+    for command in ("evaluate-utility", "compare"):
+        refused(
+            capsys, tmp_path, [command, *base, "--output", str(out)], InputDataError.exit_code, "3 row(s) have no user"
+        )
