@@ -159,22 +159,6 @@ def _df_of(x: Any) -> np.ndarray:
     return np.zeros(x.shape[1]) if isinstance(x, np.ndarray) else logreg.document_frequency(x)
 
 
-def perturbed(
-    df: DataFrame,
-    bundle: str,
-    key: bytes,
-    keep: bool = False,
-    vocabulary_only: bool = False,
-    walk: Walk | None = None,
-) -> DataFrame:
-    """``df`` with its text perturbed by the release's executor transform (``keep``: the original beside it;
-    ``vocabulary_only``: no noise, each word its nearest vocabulary word; ``walk``: a ``column:`` unit's),
-    persisted in memory only: it holds the raw text, never on disk."""
-    run_id = io.new_run_id()
-    out = perturb(df, bundle, key, [TEXT], keep, run_id, vocabulary_only=vocabulary_only, walk=walk)
-    return out.drop(*count_columns(run_id)).persist(StorageLevel.MEMORY_ONLY)
-
-
 class SparkBackend:
     """The ``Backend`` primitives over ``spark``, for the run ``run_id`` (its jobs' group)."""
 
@@ -227,7 +211,10 @@ class SparkBackend:
         vocabulary_only: bool = False,
         walk: Walk | None = None,
     ) -> DataFrame:
-        return perturbed(data, bundle, key, keep=keep, vocabulary_only=vocabulary_only, walk=walk)
+        """Persisted in memory only: a perturbed copy holds the raw text beside it (``keep``), never on disk."""
+        run_id = io.new_run_id()
+        out = perturb(data, bundle, key, [TEXT], keep, run_id, vocabulary_only=vocabulary_only, walk=walk)
+        return out.drop(*count_columns(run_id)).persist(StorageLevel.MEMORY_ONLY)
 
     def without(self, data: DataFrame, column: str) -> DataFrame:
         return data.drop(column)
