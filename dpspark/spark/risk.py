@@ -14,6 +14,7 @@ from dpspark.config import RiskConfig
 from dpspark.errors import ConfigError, InputDataError
 from dpspark.run import risk as run_risk
 from dpspark.spark import io
+from dpspark.spark.perturb import check_unit_column
 from dpspark.spark.reports import measure_output
 from dpspark.spark.session import get_session
 from dpspark.spark.sparkbackend import SparkBackend
@@ -45,6 +46,7 @@ def run_privacy_risk(config: RiskConfig, spark: SparkSession | None = None, df: 
         if df is None:
             df = io.read_input(spark, out.fs, out.paths.input_given or out.paths.input, None)
         check_text_column(df, config.text_column)
+        check_unit_column(df, config.unit)  # a column: unit's ids: there, and one value per row
         manifest = {
             **run_risk.assess(SparkBackend(spark, out.run_id), config, df, out.local, started, t0),
             "engine": "spark",

@@ -52,7 +52,7 @@ def refused(capsys, root: Path, argv: list[str], code: int, *phrases: str) -> No
     """The CLI exits ``code`` with one error line naming ``phrases``; nothing under ``root`` changed."""
     before = {p: p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
     assert main(argv) == code
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dpspark perturb: error: ")]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"dpspark {argv[0]}: error: ")]
     assert len(err) == 1 and all(p in err[0] for p in phrases), err
     assert {p: p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))} == before
 
@@ -149,9 +149,13 @@ def odd(tmp_path_factory) -> Path:
     ],
 )
 def test_bad_unit_ids_are_refused_and_nothing_is_written(spark, odd, tmp_path, capsys, unit, code, phrases):
+    """By the release and by privacy-risk on Spark (which reads its input as a release does)."""
     work = odd.parent
     argv = ["perturb", "--input", str(odd), "--output", str(work / "out"), "--columns", "text", "--quiet"]
     refused(capsys, work, [*argv, "--privacy-unit", unit, "--unit-budget", "10"], code, *phrases)
+    risk = ["privacy-risk", "--engine", "spark", "--input", str(odd), "--output", str(work / "out"), "--text-column"]
+    risk += ["text", "--vocab-size", "2000", "--quiet", "--privacy-unit", unit, "--unit-budgets", "10"]
+    refused(capsys, work, risk, code, *phrases)
 
 
 def test_an_input_that_changes_between_the_two_passes_stops_the_release(spark, tmp_path):
