@@ -16,6 +16,7 @@ where the command has one.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -61,7 +62,7 @@ from dpspark.spark import commit, io
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.reports import ReportOutput, measure_output
 from dpspark.text import COUNT_NAMES, count_column_tokens, row_tokens
-from dpspark.unit_table import UnitTable, Walk, id_key, partition_counts
+from dpspark.unit_table import Counts, Walk, counted, id_key, partition_counts
 
 log = logging.getLogger("dpspark")
 
@@ -259,10 +260,10 @@ class LocalPasses:
 
     def unit_counts(
         self, unit_column: str, columns: list[str], job_key: bytes, shipment: LocalShipment | None = None
-    ) -> tuple[UnitTable, int]:
+    ) -> Counts:
         lengths = None if shipment is None else row_draws(lambda: local_bundle(shipment.name), columns)
-        keys, sums, nulls = partition_counts(self.table.to_batches(), unit_column, columns, id_key(job_key), lengths)
-        return UnitTable.build(np.zeros(len(keys), np.int64), keys, sums), nulls
+        counts = counted([partition_counts(self.table.to_batches(), unit_column, columns, id_key(job_key), lengths)])
+        return dataclasses.replace(counts, order="files")  # the input's files by path, rows in order (read_local)
 
     def over_cap(self, columns: list[str], cap: int) -> tuple[int, int]:
         return units.over_cap_counts(row_tokens(self.table, columns), cap)

@@ -34,7 +34,7 @@ from dpspark.run.settings import LABEL, ORIGINAL, TEXT
 from dpspark.run.transform import perturb_partition
 from dpspark.scratch import scratch_dir
 from dpspark.text import count_column_tokens, count_tokens, decode_strings, length_counts, most_frequent
-from dpspark.unit_table import Counts, Walk, id_key, partition_counts
+from dpspark.unit_table import Counts, Walk, counted, id_key, partition_counts
 from dpspark.units import PrivacyUnit, check_unit_column
 
 log = logging.getLogger("dpspark")
@@ -169,8 +169,7 @@ class LocalBackend:
         return length_counts(data, columns)
 
     def person_counts(self, data: pa.Table, columns: list[str], column: str, job_key: bytes) -> Counts:
-        keys, tokens, nulls = partition_counts(data.to_batches(), column, columns, id_key(job_key))
-        return Counts(np.zeros(len(keys), np.int64), keys, tokens, 1, nulls)
+        return counted([partition_counts(data.to_batches(), column, columns, id_key(job_key))])
 
     def corpus(self, path: str, columns: list[str], unit: PrivacyUnit | None = None) -> pa.Table:
         if unit is None or unit.column is None:

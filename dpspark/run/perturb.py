@@ -27,7 +27,7 @@ from dpspark.run.backend import Shipment
 from dpspark.scratch import scratch_dir
 from dpspark.stats import UNCHANGED_WORDS, expected_unchanged
 from dpspark.text import COUNT_NAMES, most_frequent
-from dpspark.unit_table import UnitTable
+from dpspark.unit_table import ORDERS, Counts, UnitTable
 
 UNCHANGED_WARNING = 0.9  # perturb warns above this expected share of tokens released as themselves
 MEDIAN_SHARE = " (the median unit's share of the unit budget)"
@@ -38,7 +38,7 @@ class Passes(Protocol):
 
     def unit_counts(
         self, unit_column: str, columns: list[str], job_key: bytes, shipment: Shipment | None = None
-    ) -> tuple[UnitTable, int]: ...  # with a shipment: each row's draws (``dpspark.run.transform.row_draws``)
+    ) -> Counts: ...  # with a shipment: each row's draws (``dpspark.run.transform.row_draws``)
 
     def over_cap(self, columns: list[str], cap: int) -> tuple[int, int]: ...  # documents over the cap, the longest
 
@@ -162,6 +162,7 @@ class PerturbRelease:
         self.shipment: Shipment | None = None
         self.job_key = b""
         self.table: UnitTable | None = None  # a column: unit's (dpspark.unit_table)
+        self.unit_order: str | None = None  # the order its cap counts in (dpspark.unit_table.ORDERS)
         self.unchanged: dict[str, Any] | None = None
 
     def prepare_over(self, passes: Passes, run_id: str) -> None:
@@ -198,9 +199,18 @@ class PerturbRelease:
         """A ``column:`` unit's table (``dpspark.unit_table``: each person's tokens, or with the mechanism's
         ``shipment`` its draws), checked: no null id, the unit's budget against its shape."""
         c = self.config
-        self.table, nulls = passes.unit_counts(str(c.unit.column), list(c.columns), self.job_key, shipment)
-        units.refuse_null_ids(nulls, c.unit)
+        counts = passes.unit_counts(str(c.unit.column), list(c.columns), self.job_key, shipment)
+        units.refuse_null_ids(counts.nulls, c.unit)
+        self.table, self.unit_order = counts.table(), counts.order
         units.check_units(self.table.unit_totals(), float(c.unit_budget), c.allocation_of)  # type: ignore[arg-type]
+        if c.allocation_of.kind == "cap" and counts.order == "partitions":
+            warnings.warn(
+                f"the cap counts each {c.unit.column} value's tokens in {ORDERS['partitions']}: where that order "
+                "follows the data (a query's, a shuffle's), the placeholders' positions can too; release files "
+                "(their order is by path and row), or use --allocation scale",
+                PrivacyWarning,
+                stacklevel=3,
+            )
 
     def _prepare_from_corpus(self, counts: dict[str, int], workdir: Path) -> Prepared:
         """The preparation of a vocabulary derived from the corpus (``vocab_from_corpus``: its most frequent
@@ -263,7 +273,10 @@ class PerturbRelease:
             p=spec.ledger_cost_terms().get("p"),
             tokens=self.unit_tokens(observed),
         )
-        out |= {"unit_budget": budget, "allocation": alloc.fields(), "unit_bound": bound, "unit_counts": counts}
+        allocation = alloc.fields()
+        if alloc.kind == "cap" and self.unit_order is not None:  # a column: unit's cap counts in this order
+            allocation["order"] = ORDERS[self.unit_order]
+        out |= {"unit_budget": budget, "allocation": allocation, "unit_bound": bound, "unit_counts": counts}
         if counts["token_epsilon"] is not None:
             out["expected_unchanged"] = unchanged_warning(self.prepared, counts["token_epsilon"]["median_unit"])
         if "euclidean_epsilon_bound" in fields:  # a per-token figure at ε = E: the unit's bound replaces it

@@ -58,7 +58,7 @@ class People:
         counts = [backend.person_counts(frame, columns, column, key) for frame in frames]
         units.refuse_null_ids(sum(c.nulls for c in counts), unit)
         table, offsets = joined(counts)
-        return cls(table, [Walk(column, key, offset) for offset in offsets])
+        return cls(table, [Walk(column, key, offset, c.partitions) for c, offset in zip(counts, offsets)])
 
     def bundle(self, write: Callable[[Path], object]) -> Callable[[Path], None]:
         """A bundle writer: ``write``'s bundle with the table beside it (what each setting's release walks)."""

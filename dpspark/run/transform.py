@@ -6,7 +6,6 @@ runs. Light: an executor imports this and what a bundle needs, nothing of the dr
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from dpspark.embeddings import WordRows, mean_token_vectors
 from dpspark.privemb import m1, privemb
 from dpspark.rng import batch_generator
 from dpspark.text import COUNT_NAMES, decode_strings, tokenize
-from dpspark.unit_table import Walk
+from dpspark.unit_table import SEGMENT, Walk
 
 
 def count_columns(run_id: str) -> list[str]:
@@ -42,8 +41,9 @@ def perturb_partition(
     """One partition of the release's transform, batch by batch: batch i of ``partition`` draws from
     ``batch_generator(job_key, partition, i)``; the bundle's resources (``load()``) are loaded at the first batch,
     so an empty partition loads nothing. Each batch gets the per-row ``counts`` columns (none: ``counts`` empty);
-    a ``column:`` unit's tokens are walked in the partition's order (``walk``: ``dpspark.unit_table.Cursor``).
-    A bundle holding a unit table is never released without its walk: each row would be a unit of its own."""
+    a ``column:`` unit's tokens are walked in its segments' order (``walk``: ``dpspark.unit_table.Walk``), and
+    the segment columns (``SEGMENT``) leave no output. A bundle holding a unit table is never released without
+    its walk: each row would be a unit of its own."""
     perturber = cursor = None
     for number, batch in enumerate(batches):
         if perturber is None:
@@ -54,8 +54,11 @@ def perturb_partition(
             elif shipped.units is not None and not vocabulary_only:
                 raise ValueError("a column: unit's bundle released without its walk (dpspark.unit_table.Walk)")
         rng = batch_generator(job_key, partition, number)
-        within = None if cursor is None else partial(cursor.within, batch.column(walk.column))
+        within = None if cursor is None else walk.within(cursor, batch)
         names, arrays, totals = perturber.perturb_batch(batch, rng, columns, keep, extra, within)
+        if SEGMENT[0] in names:
+            kept = [i for i, n in enumerate(names) if n not in SEGMENT]
+            names, arrays = [names[i] for i in kept], [arrays[i] for i in kept]
         if counts:
             names += counts
             arrays += [numbers(totals[:, j], np.int64) for j in range(len(COUNT_NAMES))]

@@ -31,9 +31,10 @@ from dpspark.spark.transform import (
     unit_aggregates,
     unit_counts,
     units_over_cap,
+    with_segments,
 )
 from dpspark.text import COUNT_NAMES, most_frequent
-from dpspark.unit_table import UnitTable, Walk
+from dpspark.unit_table import Counts, Walk
 from dpspark.units import PrivacyUnit
 
 # PerturbConfig fields that only a written release uses: perturb_text refuses them (dpspark.release takes them).
@@ -68,7 +69,7 @@ class SparkPasses:
 
     def unit_counts(
         self, unit_column: str, columns: list[str], job_key: bytes, shipment: resources.Shipment | None = None
-    ) -> tuple[UnitTable, int]:
+    ) -> Counts:
         return unit_counts(self.df, unit_column, columns, job_key, None if shipment is None else shipment.name)
 
     def over_cap(self, columns: list[str], cap: int) -> tuple[int, int]:
@@ -86,9 +87,10 @@ class PerturbJob(PerturbRelease):
     decides the rest)."""
 
     def check(self, df: DataFrame) -> DataFrame:
+        """The input checked; a ``column:`` unit's with each row's read segment (``with_segments``)."""
         check_columns(df, self.config)
         check_unit_column(df, self.config.unit)
-        return df
+        return with_segments(df) if self.config.unit.kind == "column" else df
 
     def prepare(self, df: DataFrame, spark: SparkSession, run_id: str) -> None:
         self.prepare_over(SparkPasses(df, spark), run_id)

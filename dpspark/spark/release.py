@@ -45,6 +45,7 @@ from dpspark.spark import commit, io, lineage, tables
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.session import get_session, is_connect
 from dpspark.spark.transform import count_columns, quote
+from dpspark.unit_table import SEGMENT
 
 log = logging.getLogger("dpspark")
 
@@ -111,6 +112,8 @@ def run_release(job: Job, df: DataFrame | None = None, spark: SparkSession | Non
 
     # 3. read and validate
     df = job.check(_read(spark, fs, c, target, inp))
+    if any(s in df.columns for s in SEGMENT):  # a column: unit walks its rows in their read order: no shuffle
+        inp.spread = None
     if inp.spread:
         df = df.repartition(inp.spread)
     io.check_spec(inp.spec, inp.keys)

@@ -32,10 +32,18 @@ from dpspark.spark import backend, io, resources
 from dpspark.spark.fs import FileSystem
 from dpspark.spark.perturb import check_columns, check_unit_column, vocabulary_from_corpus
 from dpspark.spark.session import is_connect
-from dpspark.spark.transform import count_columns, frame_counts, map_in_arrow, perturb, quote, token_counts
+from dpspark.spark.transform import (
+    count_columns,
+    map_in_arrow,
+    perturb,
+    quote,
+    token_counts,
+    unit_counts,
+    with_segments,
+)
 from dpspark.stats import WorkItem
 from dpspark.text import decode_strings, length_counts
-from dpspark.unit_table import Counts, Walk
+from dpspark.unit_table import SEGMENT, Counts, Walk
 from dpspark.units import PrivacyUnit
 
 # The training half's blocks are fitted in the driver's process up to this many bytes of features (about
@@ -200,7 +208,7 @@ class SparkBackend:
         return total
 
     def person_counts(self, data: DataFrame, columns: list[str], column: str, job_key: bytes) -> Counts:
-        return frame_counts(data, column, columns, job_key)
+        return unit_counts(data, column, columns, job_key)
 
     def perturbed(
         self,
@@ -240,8 +248,10 @@ class SparkBackend:
         df = io.read_input(self.spark, FileSystem(self.spark), path, None)
         check_columns(df, PerturbConfig(columns=columns, epsilon=1.0))
         ids = [] if unit is None or unit.column is None else [unit.column]
-        if ids:
+        if ids:  # a person's rows with their read segments (with_segments): a cap counts in the files' order
             check_unit_column(df, unit)
+            df = with_segments(df)
+            ids += [c for c in SEGMENT if c in df.columns]
         return df.select(*map(quote, [*columns, *ids]))
 
     def corpus_vocabulary(self, path: str, columns: list[str], size: int, in_vocabulary: dict[str, int]) -> list[str]:

@@ -19,6 +19,7 @@ from functools import partial
 
 import numpy as np
 import pyarrow as pa
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -31,7 +32,7 @@ from dpspark.text import (
     count_column_tokens,
     row_tokens,
 )
-from dpspark.unit_table import Counts, UnitTable, Walk, id_key, partition_counts
+from dpspark.unit_table import SEGMENT, Counts, TaskCounts, Walk, counted, id_key, partition_counts
 from dpspark.units import SHAPE, Allocation, over_cap_counts
 
 
@@ -124,43 +125,65 @@ def units_over_cap(df: DataFrame, columns: list[str], cap: int) -> tuple[int, in
     return int(over or 0), int(most or 0)
 
 
+def with_segments(df: DataFrame) -> DataFrame:
+    """``df`` with each row's read segment (``dpspark.unit_table.SEGMENT``: its file's path and its read split's
+    first byte, from the file source's ``_metadata``), so that a ``column:`` unit's cap counts in the files'
+    order, not in the order Spark packs the splits into tasks (by size, which follows the text). A frame that
+    is no file source's read (or has a column of those names) is returned as it is: its walk follows its
+    partitions (``Counts.order``)."""
+    if "_metadata" in df.columns or any(c in df.columns for c in SEGMENT):
+        return df
+    try:
+        out = df.select(
+            "*",
+            F.col("_metadata.file_path").alias(SEGMENT[0]),
+            F.col("_metadata.file_block_start").alias(SEGMENT[1]),
+        )
+        out.schema  # noqa: B018 - Spark Connect analyses lazily: a frame without file metadata fails here
+    except AnalysisException:
+        return df
+    return out
+
+
 def unit_counts(
-    df: DataFrame, unit_column: str, columns: list[str], job_key: bytes, bundle: str | None = None
-) -> tuple[UnitTable, int]:
-    """A ``column:`` unit's table over ``df`` (``frame_counts``) and how many rows have a null id."""
-    c = frame_counts(df, unit_column, columns, job_key, bundle)
-    return UnitTable.build(c.partition, c.hash, c.count), c.nulls
-
-
-def frame_counts(
     df: DataFrame, unit_column: str, columns: list[str], job_key: bytes, bundle: str | None = None
 ) -> Counts:
     """A ``column:`` unit's count pass (``dpspark.unit_table``): each task sums the tokens of ``columns`` (with
     the shipped ``bundle`` of a text-level mechanism: each row's draws, ``row_draws``) per keyed hash of
-    ``unit_column`` in its partition; the partial counts reach the driver as task results (no shuffle,
-    docs/shuffles.md)."""
+    ``unit_column`` in each of its segments (``with_segments``); the partial counts reach the driver as task
+    results (no shuffle, docs/shuffles.md), where ``counted`` orders the segments."""
     key = id_key(job_key)
 
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         lengths = None if bundle is None else row_draws(partial(resources, bundle), columns)
-        keys, sums, nulls = partition_counts(batches, unit_column, columns, key, lengths)
-        part = _task_partition()  # then the task's row of null ids: at partition -1, its own partition as hash
-        yield pa.RecordBatch.from_pydict(
+        part = _task_partition()
+        c = partition_counts(batches, unit_column, columns, key, lengths, part)
+        yield pa.RecordBatch.from_pydict(  # then the task's row of null ids, without a file
             {
-                "p": pa.array([*[part] * len(keys), -1], pa.int64()),
-                "h": pa.array([*keys.tolist(), part], pa.int64()),
-                "n": pa.array([*sums.tolist(), nulls], pa.int64()),
+                "t": pa.array([part] * (len(c.file) + 1), pa.int64()),
+                "f": pa.array([*c.file, None], pa.string()),
+                "b": pa.array([*c.block.tolist(), 0], pa.int64()),
+                "h": pa.array([*c.hash.tolist(), 0], pa.int64()),
+                "n": pa.array([*c.count.tolist(), c.nulls], pa.int64()),
             }
         )
 
-    fields = [T.StructField(n, T.LongType()) for n in ("p", "h", "n")]
-    # Over the release's own rows, all columns: a projection could change how a round-robin repartition
-    # (io.spread_tasks) deals the rows out, and each task must meet in the release the rows it counted here.
-    got = map_in_arrow(df, count, fields).collect()
-    p, h, n = (np.array([r[i] for r in got], np.int64).reshape(-1) for i in range(3))
-    counted = p >= 0
-    partitions = int(h[~counted].max()) + 1 if (~counted).any() else 0
-    return Counts(p[counted], h[counted], n[counted], partitions, int(n[~counted].sum()))
+    fields = [T.StructField("t", T.LongType()), T.StructField("f", T.StringType())]
+    fields += [T.StructField(n, T.LongType()) for n in ("b", "h", "n")]
+    # Over the release's own rows, all columns, as its transform reads them.
+    tasks: dict[int, list] = {}
+    for r in map_in_arrow(df, count, fields).collect():
+        tasks.setdefault(int(r["t"]), []).append(r)
+    return counted(
+        TaskCounts(
+            [r["f"] for r in rows if r["f"] is not None],
+            np.array([r["b"] for r in rows if r["f"] is not None], np.int64),
+            np.array([r["h"] for r in rows if r["f"] is not None], np.int64),
+            np.array([r["n"] for r in rows if r["f"] is not None], np.int64),
+            sum(int(r["n"]) for r in rows if r["f"] is None),
+        )
+        for _, rows in sorted(tasks.items())
+    )
 
 
 def _task_partition() -> int:
@@ -186,7 +209,7 @@ def perturb(
     nearest vocabulary word, no noise (``dpspark.bundle.VocabularyOnly``; evaluations only).
     ``walk``: a ``column:`` unit's id column and key, whose table (``unit_counts``) the bundle holds."""
     counts = count_columns(run_id)
-    fields = list(df.schema.fields)
+    fields = [f for f in df.schema.fields if f.name not in SEGMENT]
     for suffix, kind in (extra or {}).items():
         spark_type = from_arrow_type(COLUMN_TYPES[kind])
         fields += [T.StructField(f"{col}_{suffix}", spark_type, True) for col in columns]

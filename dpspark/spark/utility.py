@@ -57,7 +57,8 @@ from dpspark.spark.perturb import check_unit_column
 from dpspark.spark.reports import ReportOutput
 from dpspark.spark.session import get_session, is_connect, quiet_spark_logs
 from dpspark.spark.sparkbackend import SparkBackend
-from dpspark.spark.transform import map_in_arrow, quote
+from dpspark.spark.transform import map_in_arrow, quote, with_segments
+from dpspark.unit_table import SEGMENT
 
 log = logging.getLogger("dpspark")
 
@@ -102,7 +103,10 @@ def labelled_frame(df: DataFrame, config: EvaluateUtilityConfig, keys: list[str]
     """(text, label index) with null texts as empty strings, and a ``column:`` unit's ids (``UNIT``), in about
     rows / ROWS_PER_TASK tasks (no shuffle)."""
     index = F.create_map(*[x for i, k in enumerate(keys) for x in (F.lit(k), F.lit(float(i)))])
-    ids = [F.col(quote(str(config.unit.column))).alias(UNIT)] if config.unit.kind == "column" else []
+    ids = []
+    if config.unit.kind == "column":  # the ids, and their rows' read segments (with_segments)
+        df = with_segments(df)
+        ids = [F.col(quote(str(config.unit.column))).alias(UNIT), *[F.col(c) for c in SEGMENT if c in df.columns]]
     out = df.select(
         F.coalesce(F.col(quote(config.text_column)), F.lit("")).alias(TEXT),
         F.element_at(index, F.col(quote(config.label_column)).cast("string")).alias(LABEL),  # Connect 3.5: no map[col]

@@ -26,11 +26,12 @@ FLAGS = ["--columns", "text,title", "--vocab-size", "5000", "--quiet"]
 
 @pytest.fixture(scope="module")
 def users(tmp_path_factory) -> Path:
-    """The reviews with ``user_id`` = u(i mod 37), ``file`` and ``seq`` (a row's file and place in it): 3 files."""
+    """The reviews with ``user_id`` = u(i mod 37), ``file`` and ``seq`` (a row's file, by path, and its place in
+    it): 3 files, the last 160 rows in part-0 (the smallest file, which Spark reads last), rows 0-169 in part-2."""
     t = pq.read_table(SAMPLE)
     d = tmp_path_factory.mktemp("users") / "in"
     d.mkdir()
-    for f, start in enumerate(range(0, t.num_rows, 170)):
+    for f, start in enumerate(reversed(range(0, t.num_rows, 170))):
         part = t.slice(start, 170)
         n = part.num_rows
         part = part.append_column("user_id", pa.array([f"u{(start + i) % USERS}" for i in range(n)]))
@@ -95,17 +96,21 @@ def test_a_unit_per_row_id_is_the_document_unit_draw_for_draw(spark, users, tmp_
 
 def test_a_cap_draws_each_users_first_k_tokens_across_partitions(spark, users, tmp_path):
     """``cap:K``: a user's drawn tokens are exactly min(n, K) over all their rows (three files, several tasks),
-    and within each file a user's placeholders come after their drawn tokens (the input's order)."""
+    and a user's placeholders come after their drawn tokens in the files' order (by path, then row), not in the
+    order Spark packs the files into tasks (by size: part-2, the smallest, is read last, and part-0 and part-1
+    in the order of their compressed text)."""
     k = 40
     unit = ["--privacy-unit", "column:user_id", "--unit-budget", "80", "--oov", "random", "--allocation", f"cap:{k}"]
     m = release(users, tmp_path / "cap", *unit)
     per_user = tokens_per_user(users)
-    drawn: dict[str, int] = {}
-    for (user, _), rows in _by_user_and_file(tmp_path / "cap").items():
-        flags = [t != "[UNK]" for r in rows for c in ("text", "title") for t in (r[c] or "").split()]
-        assert flags == sorted(flags, reverse=True), user  # drawn, then placeholders
-        drawn[user] = drawn.get(user, 0) + sum(flags)
-    assert drawn == {u: min(n, k) for u, n in per_user.items()}
+    drawn: dict[str, list[bool]] = {}
+    for (user, _), rows in _by_user_and_file(tmp_path / "cap").items():  # by user, then file, then row
+        drawn.setdefault(user, []).extend(
+            t != "[UNK]" for r in rows for c in ("text", "title") for t in (r[c] or "").split()
+        )
+    assert all(flags == sorted(flags, reverse=True) for flags in drawn.values())  # drawn, then placeholders
+    assert {u: sum(flags) for u, flags in drawn.items()} == {u: min(n, k) for u, n in per_user.items()}
+    assert m["allocation"]["order"] == "input files by path, rows in file order"
     assert m["unit_counts"]["tokens_over_cap"] == sum(max(n - k, 0) for n in per_user.values()) > 0
     assert m["unit_counts"]["token_epsilon"] == {"min": 2.0, "median_unit": 2.0, "max": 2.0}
 

@@ -11,7 +11,17 @@ import pytest
 
 from dpspark import units
 from dpspark.errors import ConfigError
-from dpspark.unit_table import Cursor, UnitsChanged, UnitTable, id_hashes, id_key, task_counts
+from dpspark.unit_table import (
+    SEGMENT,
+    Cursor,
+    UnitsChanged,
+    UnitTable,
+    Walk,
+    counted,
+    id_hashes,
+    id_key,
+    partition_counts,
+)
 
 pytestmark = pytest.mark.runtime  # numpy's and pyarrow's arrays
 
@@ -20,13 +30,18 @@ KEY = id_key(b"k" * 16)
 PARTITIONS = [[("a", 2), ("b", 3), ("a", 4)], [("b", 5), ("c", 1)], [("a", 7), ("d", 0)]]
 
 
+def rows_of(part) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"u": [i for i, _ in part], "n": [n for _, n in part]})
+
+
+def tokens_of(batch: pa.RecordBatch) -> np.ndarray:
+    return np.asarray(batch.column(1).to_numpy(), np.int64)
+
+
 def table(partitions=PARTITIONS) -> UnitTable:
-    rows = []
-    for p, part in enumerate(partitions):
-        h, _ = id_hashes(pa.array([i for i, _ in part]), KEY)
-        keys, sums = task_counts(h, np.array([n for _, n in part]))
-        rows += [(p, k, s) for k, s in zip(keys, sums)]
-    return UnitTable.build(*(np.array(x) for x in zip(*rows)))
+    """The count pass of every partition (each a task of its own, ``partition_counts``), ordered (``counted``)."""
+    tasks = [partition_counts([rows_of(part)], "u", [], KEY, tokens_of, p) for p, part in enumerate(partitions)]
+    return counted(tasks).table()
 
 
 def walk(t: UnitTable, partitions=PARTITIONS) -> list[tuple[int, int]]:
@@ -72,9 +87,74 @@ def test_a_table_saves_and_loads(tmp_path):
     t = table()
     t.save(tmp_path)
     back = UnitTable.load(tmp_path)
-    fields = ("partition", "hash", "start", "count", "total")
+    fields = ("partition", "hash", "start", "count", "total", "segment")
     assert all(np.array_equal(getattr(t, f), getattr(back, f)) for f in fields)
     assert UnitTable.load(tmp_path / "none") is None
+
+
+# Three files of one input (rows: id, tokens); a read task reads one or more of them, in the order Spark packs
+# them (by size in bytes, which follows the text), each its own batch or several in one batch.
+FILES = {"part-b": [("a", 2), ("b", 3)], "part-a": [("a", 4)], "part-c": [("a", 1), ("b", 1), ("c", 2)]}
+PACKINGS = [[["part-b", "part-c"], ["part-a"]], [["part-c", "part-a", "part-b"]], [["part-c"], ["part-b"], ["part-a"]]]
+
+
+def read(file: str, block: int = 0) -> pa.RecordBatch:
+    rows = FILES[file]
+    return pa.RecordBatch.from_pydict(
+        {
+            "u": [i for i, _ in rows],
+            "n": [n for _, n in rows],
+            SEGMENT[0]: [file] * len(rows),
+            SEGMENT[1]: [block] * len(rows),
+        }
+    )
+
+
+def walk_packed(packing: list[list[str]], one_batch: bool) -> dict[tuple[str, int], tuple[int, int]]:
+    """Both passes over ``packing``'s tasks: each (file, row)'s (unit total, unit tokens before it)."""
+    tasks = [[read(f) for f in files] for files in packing]
+    if one_batch:
+        tasks = [[pa.Table.from_batches(t).combine_chunks().to_batches()[0]] for t in tasks]
+    counts = counted(partition_counts(t, "u", [], KEY, tokens_of, p) for p, t in enumerate(tasks))
+    assert counts.order == "files" and counts.partitions == 3
+    table, out, w = counts.table(), {}, Walk("u", b"k" * 16)
+    for p, batches in enumerate(tasks):
+        cursor = w.cursor(table, p)
+        for b in batches:
+            totals, before = w.within(cursor, b)(tokens_of(b))
+            files = b.column(2).to_pylist()
+            for r, (f, tot, bef) in enumerate(zip(files, totals.tolist(), before.tolist())):
+                out[(f, files[:r].count(f))] = (tot, bef)
+    return out
+
+
+def test_a_persons_tokens_are_counted_in_the_files_order_however_the_tasks_read_them():
+    """A cap's order is by file path, then row, in every packing of the files into tasks: a's tokens are
+    part-a's 4, then part-b's 2, then part-c's 1; b's part-b's 3, then part-c's 1."""
+    want = {
+        ("part-a", 0): (7, 0),
+        ("part-b", 0): (7, 4),
+        ("part-b", 1): (4, 0),
+        ("part-c", 0): (7, 6),
+        ("part-c", 1): (4, 3),
+        ("part-c", 2): (2, 0),
+    }
+    for packing in PACKINGS:
+        for one_batch in (False, True):
+            assert walk_packed(packing, one_batch) == want, (packing, one_batch)
+
+
+def test_a_segment_read_by_two_tasks_or_unseen_by_the_count_stops_the_walk():
+    split = [partition_counts([read("part-a")], "u", [], KEY, tokens_of, p) for p in (0, 1)]
+    with pytest.raises(UnitsChanged, match="two tasks"):
+        counted(split)
+    counts = counted([partition_counts([read("part-a")], "u", [], KEY, tokens_of, 0)])
+    w = Walk("u", b"k" * 16)
+    cursor = w.cursor(counts.table(), 0)
+    with pytest.raises(UnitsChanged, match="did not see"):
+        w.within(cursor, read("part-b"))(tokens_of(read("part-b")))
+    no_files = counted([partition_counts([rows_of(FILES["part-a"])], "u", [], KEY, tokens_of, 4)])
+    assert no_files.order == "partitions" and no_files.partitions == 1
 
 
 def person_allocation(budget: float, allocation: units.Allocation) -> dict[str, tuple[np.ndarray, np.ndarray]]:
