@@ -12,9 +12,14 @@ root with ``.venv`` activated. Here: a temporary directory holding copies of ``e
 that writes there fails, as it would after ``make demo``), and this interpreter's scripts first on
 PATH (``dpspark``, ``python``, ``spark-submit``: what the activation gives). Shell blocks run one
 command at a time (lines joined at a trailing backslash; comment lines skipped), each must exit 0.
-Python blocks run in this session's ``spark`` (tests/conftest.py), with the process's working
-directory and the JVM's local file system working directory both the temporary directory, so that
-relative paths mean there what they mean to a user.
+A plain ``dpspark ...`` command (no shell syntax: no ``$``, pipe, redirection or ``;``) runs through
+the console script's entry point, ``dpspark.cli.main``, in this process and this session's ``spark``
+(tests/conftest.py), as the ``classic`` fixture runs the commands: a JVM and an interpreter per
+command were most of these tests' time. The README's first ``dpspark`` command runs in bash through
+the console script, as a new user's first command does; ``spark-submit``, ``python`` and ``pip`` lines
+always run in bash. Python blocks run in the same
+session. Both run with the process's working directory and the JVM's local file system working
+directory the temporary directory, so that relative paths mean there what they mean to a user.
 
 Each page runs in a fresh such directory: a page's examples may use what the page's earlier blocks
 wrote, never another page's. The parameters are chosen to keep the README and the docs together
@@ -25,8 +30,10 @@ the runtime matrix (runtimes/run.sh) leaves it out.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -94,6 +101,18 @@ def commands(code: str) -> list[str]:
         current = ""
     assert not current, f"a command ends with a line continuation: {current!r}"
     return out
+
+
+SHELL_SYNTAX = re.compile(r"[$`|;&<>()]")
+
+
+def dpspark_argv(command: str) -> list[str] | None:
+    """The arguments of a plain ``dpspark ...`` command (a trailing comment dropped), or None for any
+    other command or one that needs a shell."""
+    if SHELL_SYNTAX.search(command):
+        return None
+    argv = shlex.split(command, comments=True)
+    return argv[1:] if argv and argv[0] == "dpspark" else None
 
 
 def outputs(text: str) -> list[str]:
@@ -172,9 +191,12 @@ def run_as_printed(page: Path, spark, tmp_path: Path, monkeypatch) -> None:
     env.pop("PYSPARK_SUBMIT_ARGS", None)  # the test session's own JVM settings (tests/conftest.py)
     env.pop("PYTHONPATH", None)
 
+    from dpspark.cli import main
+
     text = page.read_text(encoding="utf-8")
     examples = runnable_blocks(text)
     transcript: list[str] = []
+    console_script_ran = False
 
     def record(entry: str) -> None:  # shown as it goes with pytest -s, and after a failure
         transcript.append(entry)
@@ -191,6 +213,23 @@ def run_as_printed(page: Path, spark, tmp_path: Path, monkeypatch) -> None:
             continue
         for command in commands(code):
             start = time.monotonic()
+            argv = dpspark_argv(command)
+            if argv is not None and page == README and not console_script_ran:
+                argv, console_script_ran = None, True  # the console script itself, once
+            if argv is not None:
+                out, err = io.StringIO(), io.StringIO()
+                monkeypatch.chdir(work)
+                with jvm_working_directory(spark, work), contextlib.redirect_stdout(out):
+                    with contextlib.redirect_stderr(err):
+                        rc = main(argv)
+                monkeypatch.chdir(REPO)
+                seconds = time.monotonic() - start
+                record(f"{name}:{line}  {command}  exit {rc}  {seconds:6.1f} s  (in process)")
+                assert rc == 0, (
+                    f"{name}:{line}: {command}\nexit {rc}\n{out.getvalue()[-3000:]}\n{err.getvalue()[-5000:]}\n"
+                    + "\n".join(["examples run so far:", *transcript])
+                )
+                continue
             done = subprocess.run(
                 ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600
             )
