@@ -374,10 +374,22 @@ class PypanteraCusText(PaperCusText):
         self.ascending = ascending
 
     def outputs(self, position: int) -> np.ndarray:
-        everyone = np.arange(self.space.size)
-        s = _custext_scores(self.space, self.space.vocab64[position], everyone, self.similarity)
-        order = np.argsort(s if self.ascending else -s, kind="stable")
-        return np.sort(order[: self.top_k])
+        x = self.space.vocab64[position]
+        if self.similarity == "cosine":  # _custext_scores over all of W, W's unit vectors computed once
+            if not hasattr(self, "_unit_vocab"):
+                self._unit_vocab = _unit(self.space.vocab64)
+            s = (self._unit_vocab * _unit(x)).sum(axis=1)
+        else:
+            s = _custext_scores(self.space, x, np.arange(self.space.size), self.similarity)
+        return first_k(s if self.ascending else -s, self.top_k)
+
+
+def first_k(key: np.ndarray, k: int) -> np.ndarray:
+    """The positions of ``np.argsort(key, kind="stable")[:k]``, sorted (ties to the lower position), in
+    O(len(key)): the keys below the k-th smallest, then the lowest positions of the keys equal to it."""
+    kth = np.partition(key, k - 1)[k - 1]
+    below = np.flatnonzero(key < kth)
+    return np.sort(np.concatenate([below, np.flatnonzero(key == kth)[: k - len(below)]]))
 
 
 def mldp_gumbel_scale(epsilon: float, size: int, delta: float, delta0: float) -> float:

@@ -66,6 +66,7 @@ from peer_mistakes import (
     VickreyWithoutInput,
     clipped_geometric_probabilities,
     custext_probabilities,
+    first_k,
     mldp_gumbel_scale,
     santext_plus_probabilities,
     santext_probabilities,
@@ -935,6 +936,16 @@ def test_chi2_catches_pypantera_tem_with_a_large_bottom_bucket(space, glove):
     with pytest.raises(AssertionError, match="χ² rejects") as caught:
         check_chi2(counts, mistake.distribution(rows), "pypantera TEM")
     print(f"\n{caught.value.args[0]}")
+
+
+def test_first_k_is_a_stable_argsorts_first_k():
+    """pypantera CusText's output set (``first_k``, linear time) is its stable argsort's first K, ties to the
+    lower position: on random keys, on keys rounded to a few values (many ties) and on all-equal keys."""
+    rng = np.random.default_rng(12)
+    keys = [rng.standard_normal(5000), np.round(rng.standard_normal(5000), 1), np.zeros(300), rng.integers(0, 3, 50)]
+    for key in keys:
+        for k in (1, 7, 20, len(key)):
+            np.testing.assert_array_equal(first_k(key, k), np.sort(np.argsort(key, kind="stable")[:k]))
 
 
 @pytest.mark.slow
