@@ -42,6 +42,8 @@ from pathlib import Path
 
 import pytest
 
+from dpspark.cli import main
+
 # Each page runs in order inside its own test and its own directory: the pages may run on different
 # xdist workers side by side.
 pytestmark = pytest.mark.readme
@@ -175,6 +177,16 @@ def jvm_working_directory(spark, directory: Path):
         fs.setWorkingDirectory(before)
 
 
+@contextlib.contextmanager
+def in_directory(spark, directory: Path, monkeypatch):
+    """This process's and this session's JVM's working directory both ``directory``, then the repository's
+    again: where a user's commands and Python blocks resolve their relative paths."""
+    monkeypatch.chdir(directory)
+    with jvm_working_directory(spark, directory):
+        yield
+    monkeypatch.chdir(REPO)
+
+
 def run_as_printed(page: Path, spark, tmp_path: Path, monkeypatch) -> None:
     """Run ``page``'s runnable blocks in order, in a fresh copy of the user's situation."""
     name = name_of(page)
@@ -191,8 +203,6 @@ def run_as_printed(page: Path, spark, tmp_path: Path, monkeypatch) -> None:
     env.pop("PYSPARK_SUBMIT_ARGS", None)  # the test session's own JVM settings (tests/conftest.py)
     env.pop("PYTHONPATH", None)
 
-    from dpspark.cli import main
-
     text = page.read_text(encoding="utf-8")
     examples = runnable_blocks(text)
     transcript: list[str] = []
@@ -205,10 +215,8 @@ def run_as_printed(page: Path, spark, tmp_path: Path, monkeypatch) -> None:
     for line, lang, code in examples:
         if lang == "python":
             start = time.monotonic()
-            monkeypatch.chdir(work)
-            with jvm_working_directory(spark, work):
+            with in_directory(spark, work, monkeypatch):
                 exec(compile(code, f"{name}:{line}", "exec"), {"__name__": "__main__", "spark": spark})  # noqa: S102
-            monkeypatch.chdir(REPO)
             record(f"{name}:{line}  python block  exit 0  {time.monotonic() - start:6.1f} s")
             continue
         for command in commands(code):
@@ -216,28 +224,20 @@ def run_as_printed(page: Path, spark, tmp_path: Path, monkeypatch) -> None:
             argv = dpspark_argv(command)
             if argv is not None and page == README and not console_script_ran:
                 argv, console_script_ran = None, True  # the console script itself, once
-            if argv is not None:
+            if argv is None:
+                done = subprocess.run(
+                    ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600
+                )
+                rc, stdout, stderr, how = done.returncode, done.stdout, done.stderr, ""
+            else:
                 out, err = io.StringIO(), io.StringIO()
-                monkeypatch.chdir(work)
-                with jvm_working_directory(spark, work), contextlib.redirect_stdout(out):
+                with in_directory(spark, work, monkeypatch), contextlib.redirect_stdout(out):
                     with contextlib.redirect_stderr(err):
                         rc = main(argv)
-                monkeypatch.chdir(REPO)
-                seconds = time.monotonic() - start
-                record(f"{name}:{line}  {command}  exit {rc}  {seconds:6.1f} s  (in process)")
-                assert rc == 0, (
-                    f"{name}:{line}: {command}\nexit {rc}\n{out.getvalue()[-3000:]}\n{err.getvalue()[-5000:]}\n"
-                    + "\n".join(["examples run so far:", *transcript])
-                )
-                continue
-            done = subprocess.run(
-                ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600
-            )
-            seconds = time.monotonic() - start
-            record(f"{name}:{line}  {command}  exit {done.returncode}  {seconds:6.1f} s")
-            assert done.returncode == 0, (
-                f"{name}:{line}: {command}\nexit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}\n"
-                + "\n".join(["examples run so far:", *transcript])
+                stdout, stderr, how = out.getvalue(), err.getvalue(), "  (in process)"
+            record(f"{name}:{line}  {command}  exit {rc}  {time.monotonic() - start:6.1f} s{how}")
+            assert rc == 0, f"{name}:{line}: {command}\nexit {rc}\n{stdout[-3000:]}\n{stderr[-5000:]}\n" + "\n".join(
+                ["examples run so far:", *transcript]
             )
 
     for path in outputs(text):

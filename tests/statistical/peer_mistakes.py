@@ -374,13 +374,8 @@ class PypanteraCusText(PaperCusText):
         self.ascending = ascending
 
     def outputs(self, position: int) -> np.ndarray:
-        x = self.space.vocab64[position]
-        if self.similarity == "cosine":  # _custext_scores over all of W, W's unit vectors computed once
-            if not hasattr(self, "_unit_vocab"):
-                self._unit_vocab = _unit(self.space.vocab64)
-            s = (self._unit_vocab * _unit(x)).sum(axis=1)
-        else:
-            s = _custext_scores(self.space, x, np.arange(self.space.size), self.similarity)
+        everyone = np.arange(self.space.size)
+        s = _custext_scores(self.space, self.space.vocab64[position], everyone, self.similarity)
         return first_k(s if self.ascending else -s, self.top_k)
 
 
