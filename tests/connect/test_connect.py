@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -82,15 +83,89 @@ def connect_url(tmp_path_factory):
         proc.wait(timeout=30)
 
 
-def run_isolated(code: str) -> subprocess.CompletedProcess:
-    """Run client code in its own interpreter: a Spark Connect client switches pyspark's
-    session builder into Connect mode for the whole process, which must not leak into
-    the classic local[2] session the other test modules share."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+# The client interpreter: it reads one job per line on stdin ({"code", "out", "err"}), runs the code with
+# file descriptors 1 and 2 on the job's two files, and answers {"rc"} on the reply pipe (argv[1]).
+CLIENT = r"""
+import json, os, sys, traceback
+reply = os.fdopen(int(sys.argv[1]), "w")
+saved = os.dup(1), os.dup(2)
+for line in sys.stdin:
+    job = json.loads(line)
+    sys.stdout.flush(), sys.stderr.flush()
+    with open(job["out"], "wb") as out, open(job["err"], "wb") as err:
+        os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+        try:
+            exec(compile(job["code"], "<job>", "exec"), {"__name__": "__main__"})
+            rc = 0
+        except SystemExit as stop:
+            rc = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            if not isinstance(stop.code, (int, type(None))):
+                print(stop.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            rc = 1
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+    reply.write(json.dumps({"rc": rc}) + "\n")
+    reply.flush()
+"""
+
+
+class Client:
+    """One Spark Connect client interpreter for the module's jobs, each in its own namespace with its own
+    stdout and stderr: a Connect client switches pyspark's session builder into Connect mode for the whole
+    process, which must not leak into the classic local[2] session the other test modules share, and one
+    interpreter for all of them starts and imports pyspark, dpspark and the embeddings once, not per job.
+    It starts again when a job ended it (a crash, a timeout)."""
+
+    def __init__(self, directory: Path):
+        self.directory, self.proc, self.jobs = directory, None, 0
+
+    def _start(self) -> None:
+        read, write = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CLIENT, str(write)], stdin=subprocess.PIPE, pass_fds=(write,), text=True
+        )
+        os.close(write)
+        self.replies = os.fdopen(read, "r")
+
+    def run(self, code: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        self.jobs += 1
+        out, err = (self.directory / f"job{self.jobs}.{name}" for name in ("out", "err"))
+        self.proc.stdin.write(json.dumps({"code": code, "out": str(out), "err": str(err)}) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.replies], [], [], timeout)
+        line = self.replies.readline() if ready else ""
+        if not line:  # the job ended the interpreter, or ran past the timeout
+            self.close()
+            rc = "timeout" if not ready else "died"
+            raise AssertionError(f"the Connect client {rc}: {err.read_text(errors='replace')[-3000:]}")
+        rc = json.loads(line)["rc"]
+        text = (p.read_text(encoding="utf-8", errors="replace") for p in (out, err))
+        return subprocess.CompletedProcess(["<client>"], rc, next(text), next(text))
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.proc.stdin.close()
+            self.replies.close()
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    started = Client(tmp_path_factory.mktemp("client"))
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 @pytest.mark.runtime
-def test_perturb_job_through_connect(connect_url, tmp_path, check_faithful):
+def test_perturb_job_through_connect(connect_url, client, tmp_path, check_faithful):
     out = tmp_path / "o"
     args = [
         "perturb",
@@ -110,7 +185,7 @@ def test_perturb_job_through_connect(connect_url, tmp_path, check_faithful):
         connect_url,
         "--quiet",
     ]
-    done = run_isolated(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
+    done = client.run(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
     assert done.returncode == 0, done.stderr[-3000:]
     check_faithful(out)
     m = json.loads((out / "_dpspark_manifest.json").read_text())
@@ -119,7 +194,7 @@ def test_perturb_job_through_connect(connect_url, tmp_path, check_faithful):
 
 
 @pytest.mark.runtime
-def test_api_through_connect_is_stable_within_a_run(connect_url):
+def test_api_through_connect_is_stable_within_a_run(connect_url, client):
     code = f"""
 import json
 from pyspark.sql import SparkSession
@@ -133,20 +208,20 @@ raw = {{r["id"]: r["text"] for r in df.collect()}}
 print(json.dumps({{"same": first == second, "changed": sum(1 for k, t in raw.items() if t and first[k] != t.lower()),
                   "schema_same": out.schema == df.schema}}))
 """
-    done = run_isolated(code)
+    done = client.run(code)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["same"] and result["schema_same"] and result["changed"] > 400
 
 
 @pytest.mark.runtime
-def test_privacy_stats_through_connect_equals_classic(connect_url, classic, stats_every_mechanism, tmp_path):
+def test_privacy_stats_through_connect_equals_classic(connect_url, client, classic, stats_every_mechanism, tmp_path):
     """No SparkContext on Connect: the DataFrame twin of reduceByKey gives the classic run's table for a seed
     (tests/spark/test_stats_job.py runs it), for a grid of every mechanism (the noise family and the
     exponential one, with its exact figures)."""
     names = [n for n in REGISTRY if n != "truncated-gumbel"]
     args = [*stats_every_mechanism, "--output", str(tmp_path / "connect"), "--remote", connect_url]
-    done = run_isolated(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
+    done = client.run(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
     assert done.returncode == 0, done.stderr[-3000:]
     import pyarrow.parquet as pq
 
@@ -167,7 +242,7 @@ def test_privacy_stats_through_connect_equals_classic(connect_url, classic, stat
 
 
 @pytest.mark.runtime
-def test_release_vectors_and_calibrate_through_connect(connect_url, tmp_path):
+def test_release_vectors_and_calibrate_through_connect(connect_url, client, tmp_path):
     vectors, calibrated = tmp_path / "v", tmp_path / "c"
     runs = [
         ["release-vectors", "--input", str(SAMPLE), "--output", str(vectors), "--column", "text", "--epsilon", "5"],
@@ -178,7 +253,7 @@ def test_release_vectors_and_calibrate_through_connect(connect_url, tmp_path):
     code = "import sys; from dpspark.cli import main\n" + "".join(
         f"assert main({[*args, '--remote', connect_url, '--quiet']!r}) == 0\n" for args in runs
     )
-    done = run_isolated(code)
+    done = client.run(code)
     assert done.returncode == 0, done.stderr[-3000:]
     import pyarrow.parquet as pq
 
@@ -189,19 +264,21 @@ def test_release_vectors_and_calibrate_through_connect(connect_url, tmp_path):
     assert json.loads((calibrated / "_dpspark_manifest.json").read_text())["status"] == "succeeded"
 
 
-def cli_through_connect(args: list[str], connect_url: str, expect: int = 0) -> subprocess.CompletedProcess:
+def cli_through_connect(
+    args: list[str], connect_url: str, client: Client, expect: int = 0
+) -> subprocess.CompletedProcess:
     args = [*args, "--remote", connect_url]
-    done = run_isolated(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
+    done = client.run(f"import sys; from dpspark.cli import main; sys.exit(main({args!r}))")
     assert done.returncode == expect, done.stderr[-3000:]
     return done
 
 
 @pytest.mark.runtime
-def test_privacy_risk_through_connect_equals_classic(connect_url, classic, risk_on_the_sample, tmp_path):
+def test_privacy_risk_through_connect_equals_classic(connect_url, client, classic, risk_on_the_sample, tmp_path):
     """No SparkContext on Connect: the statistics' DataFrame counts and the DataFrame attack give the
     classic run's shares (tests/spark/test_risk.py runs it) to the bit for a seed (integer sums: no float
     summation order to differ)."""
-    cli_through_connect([*risk_on_the_sample, "--output", str(tmp_path / "connect")], connect_url)
+    cli_through_connect([*risk_on_the_sample, "--output", str(tmp_path / "connect")], connect_url, client)
     import pyarrow.parquet as pq
 
     connect = pq.read_table(tmp_path / "connect" / "risk.parquet")
@@ -211,11 +288,11 @@ def test_privacy_risk_through_connect_equals_classic(connect_url, classic, risk_
 
 
 @pytest.mark.runtime
-def test_evaluate_utility_through_connect_equals_classic(connect_url, classic, utility_on_sms120, tmp_path):
+def test_evaluate_utility_through_connect_equals_classic(connect_url, client, classic, utility_on_sms120, tmp_path):
     """evaluate-utility on Spark Connect, every client version (no pyspark.ml: the classifier is dpspark's
     engine): the same split, the same noise and the same fit give the classic run's metrics
     (tests/spark/test_utility.py runs it) to the bit for a seed. The 120 rows are one task on both paths."""
-    cli_through_connect([*utility_on_sms120, "--output", str(tmp_path / "connect")], connect_url)
+    cli_through_connect([*utility_on_sms120, "--output", str(tmp_path / "connect")], connect_url, client)
     import pyarrow.parquet as pq
 
     connect = pq.read_table(tmp_path / "connect" / "results.parquet")
@@ -225,13 +302,13 @@ def test_evaluate_utility_through_connect_equals_classic(connect_url, classic, u
     assert m["status"] == "succeeded" and m["rows"]["train"] + m["rows"]["test"] == 120
 
 
-def test_compare_through_connect_equals_classic(connect_url, classic, compare_on_sms120, tmp_path):
+def test_compare_through_connect_equals_classic(connect_url, client, classic, compare_on_sms120, tmp_path):
     """compare's whole job on Connect (the shipped bundles, the perturbations, the classifier, the privacy-risk engine,
     the text metrics' sums): for a seed, compare.parquet's figures equal the classic run's
     (tests/spark/test_compare.py runs it), to the bit but the seconds each setting took. Two mechanisms, one
     ε, the 120 rows (one task, as above). Run once, in make test (not marked runtime): evaluate-utility, tested
     per runtime above, runs the same classifier and transform."""
-    cli_through_connect([*compare_on_sms120, "--output", str(tmp_path / "connect")], connect_url)
+    cli_through_connect([*compare_on_sms120, "--output", str(tmp_path / "connect")], connect_url, client)
     import pyarrow.parquet as pq
 
     ours, theirs = tmp_path / "connect", classic(compare_on_sms120)
@@ -248,13 +325,13 @@ def test_compare_through_connect_equals_classic(connect_url, classic, compare_on
 
 
 @pytest.mark.runtime
-def test_embedding_model_through_connect(connect_url, sms120, tmp_path):
+def test_embedding_model_through_connect(connect_url, client, sms120, tmp_path):
     """The mean-embedding features (mapInArrow over the shipped bundle) on Connect, and a model fitted on
     perturbed text (train-time)."""
     args = ["evaluate-utility", "--input", sms120, "--text-column", "text", "--label-column", "label"]
     args += ["--model", "embedding-logreg", "--mode", "train-time", "--epsilons", "1000", "--lambdas", "1"]
     args += ["--repeats", "1", "--vocab-size", "2000", "--seed", "2", "--quiet"]
-    cli_through_connect([*args, "--output", str(tmp_path / "e")], connect_url)
+    cli_through_connect([*args, "--output", str(tmp_path / "e")], connect_url, client)
     import pyarrow.parquet as pq
 
     rows = {r["mode"]: r for r in pq.read_table(tmp_path / "e" / "results.parquet").to_pylist()}
@@ -262,7 +339,7 @@ def test_embedding_model_through_connect(connect_url, sms120, tmp_path):
     assert rows["baseline"]["auc"] > 0.8 and rows["train-time"]["auc"] > 0.8  # ε = 1000: little noise
 
 
-def test_notebooks_through_connect(connect_url, sms120, tmp_path):
+def test_notebooks_through_connect(connect_url, client, sms120, tmp_path):
     """Serverless and standard access mode: every notebook runs on a Spark Connect session, where
     there is no SparkContext and no RDD (the runner gives no ``sc`` either), and publishes through
     the library's release calls."""
@@ -291,7 +368,7 @@ for name, widgets in {runs!r}.items():
     shown[name] = len(result["displayed"])
 print(json.dumps(shown))
 """
-    done = run_isolated(code)
+    done = client.run(code)
     assert done.returncode == 0, done.stderr[-3000:]
     shown = json.loads(done.stdout.strip().splitlines()[-1])
     assert shown == {name: 3 if name == "privacy_utility.py" else 2 for name in runs}
