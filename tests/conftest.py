@@ -70,6 +70,9 @@ def spark():
 
     session = get_session("local[2]", batch_rows=1000)
     session.sparkContext.setLogLevel("ERROR")
+    # Four shuffle partitions, not Spark's 200: the tests' tables are small, and each of 200 tasks costs more
+    # than its rows (tests/spark/test_local_equals_spark.py, 148 s -> 131 s). Still more than the 2 cores.
+    session.conf.set("spark.sql.shuffle.partitions", "4")
     yield session
     session.stop()
 
