@@ -59,6 +59,8 @@ def connect_url(tmp_path_factory):
         "spark.connect.grpc.binding.address=127.0.0.1",
         "--conf",
         "spark.driver.host=127.0.0.1",
+        "--conf",  # as the classic session's (tests/conftest.py): the tests' tables are small
+        "spark.sql.shuffle.partitions=4",
         "spark-internal",
     ]
     with open(logs / "server.log", "wb") as log:
