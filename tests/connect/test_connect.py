@@ -142,8 +142,8 @@ class Client:
         line = self.replies.readline() if ready else ""
         if not line:  # the job ended the interpreter, or ran past the timeout
             self.close()
-            rc = "timeout" if not ready else "died"
-            raise AssertionError(f"the Connect client {rc}: {err.read_text(errors='replace')[-3000:]}")
+            why = "ran past the timeout" if not ready else "died"
+            raise AssertionError(f"the Connect client {why}: {err.read_text(errors='replace')[-3000:]}")
         rc = json.loads(line)["rc"]
         text = (p.read_text(encoding="utf-8", errors="replace") for p in (out, err))
         return subprocess.CompletedProcess(["<client>"], rc, next(text), next(text))

@@ -284,14 +284,17 @@ class _RoughScores:
     the conformance suite, every group of its three settings was measured equal."""
 
     def __init__(self, space: Space, similarity: str):
-        self.w, self.similarity = space.vocab64, similarity
-        self.unit = _unit(self.w) if similarity == "cosine" else self.w
-        self.norms = (self.w * self.w).sum(axis=1)
+        w = space.vocab64
+        self.cosine = similarity == "cosine"
+        self.w = _unit(w) if self.cosine else w
+        self.norms = None if self.cosine else (w * w).sum(axis=1)
 
     def candidates(self, alive: np.ndarray, top_k: int) -> np.ndarray:
-        x = self.unit[alive[0]]
-        scores = self.unit @ x if self.similarity == "cosine" else 2 * (self.w @ x) - self.norms
-        scale = 1.0 if self.similarity == "cosine" else float(self.norms.max() + x @ x)
+        x = self.w[alive[0]]
+        if self.cosine:
+            scores, scale = self.w @ x, 1.0
+        else:  # −‖y − x‖² + ‖x‖²: the same order as minus the distance
+            scores, scale = 2 * (self.w @ x) - self.norms, float(self.norms.max() + x @ x)
         s = scores[alive]
         kth = np.partition(s, len(s) - top_k)[len(s) - top_k]
         keep = s >= kth - 1e-9 * scale
