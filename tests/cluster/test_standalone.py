@@ -36,6 +36,7 @@ import pytest
 
 import dpspark.jobs.perturb
 from dpspark.embeddings import load_default
+from dpspark.spark.session import local_jvm_flags
 
 pytestmark = [
     pytest.mark.spark,
@@ -98,6 +99,9 @@ class Cluster:
             "SPARK_LOG_DIR": str(root / "logs"),
             "SPARK_PID_DIR": str(root / "pids"),
             "SPARK_WORKER_DIR": str(root / "work"),
+            # The master's and the workers' JVMs with the local JVM's JIT and collector (C1 only; the serial
+            # collector on a small machine): daemons that idle, whose C2 compiles took the test's cores.
+            "SPARK_DAEMON_JAVA_OPTS": local_jvm_flags(),
         }
         # Nor the settings this process's own local session left in the environment (tests/conftest.py's
         # spark fixture): its SPARK_SUBMIT_OPTS would give the cluster's driver that session's log4j2 setup,
@@ -186,6 +190,8 @@ class Cluster:
             f"spark.driver.bindAddress={HOST}",
             "--conf",
             "spark.ui.enabled=false",
+            "--conf",  # the executors too (the driver is the job's own: spark-submit's defaults)
+            f"spark.executor.extraJavaOptions={local_jvm_flags()}",
             str(Path(dpspark.jobs.perturb.__file__)),
             "--input",
             str(src),

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from dpspark.mechanisms import REGISTRY
+from dpspark.spark.session import local_jvm_flags
 
 # runtime: every Connect test but compare's and the notebooks', which run once, in make test (pyspark 3.5's
 # clients get evaluate-utility's refusal, which the runtime matrix tests; the notebooks' runner is per runtime
@@ -61,6 +62,10 @@ def connect_url(tmp_path_factory):
         "spark.driver.host=127.0.0.1",
         "--conf",  # as the classic session's (tests/conftest.py): the tests' tables are small
         "spark.sql.shuffle.partitions=4",
+        # The JIT and collector of the local JVM dpspark starts (C1 only; the serial collector on a small
+        # machine): the server's own C2 compiles and G1 threads took the cores its tests share.
+        "--driver-java-options",
+        local_jvm_flags(),
         "spark-internal",
     ]
     with open(logs / "server.log", "wb") as log:
