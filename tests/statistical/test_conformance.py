@@ -278,8 +278,8 @@ CASES: dict[str, Case] = {
 
 @pytest.fixture(scope="module")
 def space(glove) -> Space:
-    """W with a disk cache of the mechanisms' public structures (1-Diffractor's four chains of 50,000 words: 47 s
-    of make test on 2 cores, side by side): content-addressed and versioned, in the user's cache beside the
+    """W with a disk cache of the mechanisms' public structures (1-Diffractor's four chains of 50,000 words: its tests,
+    chains and all, took 47 s of make test on 2 cores): content-addressed and versioned, in the user's cache beside the
     runtime images (``~/.cache/dpspark/test-artefacts``), so that later runs on this machine reuse what one run
     built; a list read back passes ``list_fault`` first (sampled steps against exact searches), and the chain
     itself is tested against brute force in tests/unit/test_diffractor.py."""
