@@ -1112,7 +1112,7 @@ UNIT_LENGTHS = (5, 20, 80)
 UNIT_TOKENS = 24_000  # tokens per unit length in the one batch
 UNIT_WORDS = ("paris", "guitar")  # a unit's tokens alternate between them
 UNIT_CAP = 10
-SAME_TOKENS = 2 * CHUNK + 1000  # sample_at = sample at equal ε: checked on this many tokens (three chunks)
+SAME_TOKENS = 2 * CHUNK + 1000  # sample_at = sample at equal ε, checked on two whole chunks and part of a third
 
 
 def unit_batch(glove, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1184,7 +1184,7 @@ def test_unit_noise_is_drawn_at_each_tokens_share(name, build, space, glove):
     """The noise family: ``sample_at`` is draw for draw nearest(φ(w) + noise at each token's εᵢ) (the search of
     ``sample``: Vickrey at t = 0 and λ = 0 is CMP), and that noise's radius is Gamma(d, n/E) for the units of n
     tokens (KS, p > ALPHA), told from Gamma(d, n/(WRONG·E)) (p < POWER_ALPHA); with equal εᵢ, ``sample_at`` is
-    ``sample`` draw for draw."""
+    ``sample`` draw for draw (on the batch's first SAME_TOKENS tokens: an identity, so more add no power)."""
     case = CASES[name]
     budget = _unit_budget(name)
     lengths, rows, unit_length = unit_batch(glove, SEED + 8)
@@ -1201,8 +1201,6 @@ def test_unit_noise_is_drawn_at_each_tokens_share(name, build, space, glove):
         ]
     )
     np.testing.assert_array_equal(out, space.index.query(space.vectors[rows] + noise))
-    # Draw for draw on the batch's first SAME_TOKENS tokens: an identity, so more tokens add no power; two
-    # whole chunks and a part of a third cover the chunked draws (two searches of 17,000 tokens, not 72,000).
     part = rows[:SAME_TOKENS]
     same = np.full(len(part), case.epsilons[0])
     np.testing.assert_array_equal(
