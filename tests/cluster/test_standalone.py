@@ -35,7 +35,6 @@ import pyspark
 import pytest
 
 import dpspark.jobs.perturb
-from dpspark.cli import main
 from dpspark.embeddings import load_default
 from dpspark.spark.session import local_jvm_flags
 
@@ -194,7 +193,9 @@ class Cluster:
             "--conf",  # the executors too (the driver is the job's own: spark-submit's defaults)
             f"spark.executor.extraJavaOptions={local_jvm_flags()}",
             str(Path(dpspark.jobs.perturb.__file__)),
-            *job_args(src, out),
+            *job_args(src),
+            "--output",
+            str(out),
         ]
 
     def submit(self, src: Path, out: Path, log: Path) -> subprocess.Popen:
@@ -209,11 +210,12 @@ class Cluster:
             )
 
 
-def job_args(src: Path, out: Path) -> list[str]:
-    """The perturb job's flags, on the cluster and in the reference run alike: the seed fixes the job key, and
-    ``--partitions`` and ``--batch-rows`` fix the splits and batches the noise is keyed by, whatever the cores."""
-    args = ["--input", str(src), "--output", str(out), "--columns", "text", "--epsilon", "10"]
-    return [*args, "--vocab-size", "50000", "--seed", "7", "--partitions", "8", "--batch-rows", "10000", "--quiet"]
+def job_args(src: Path) -> list[str]:
+    """The perturb job's flags but its output, on the cluster and in the reference run alike: the seed fixes the
+    job key, and ``--partitions`` and ``--batch-rows`` fix the splits and batches the noise is keyed by, whatever
+    the cores."""
+    args = ["--input", str(src), "--columns", "text", "--epsilon", "10", "--vocab-size", "50000"]
+    return [*args, "--seed", "7", "--partitions", "8", "--batch-rows", "10000", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -323,16 +325,12 @@ def lost_a_task(log: str) -> bool:
     return "Lost executor" in log and task
 
 
-def test_perturb_survives_a_lost_worker(cluster, corpus, spark, tmp_path, record_property):
+def test_perturb_survives_a_lost_worker(cluster, corpus, classic, tmp_path, record_property):
     # Run 1, the reference: the same job undisturbed, in this process's local session (the keyed noise makes
     # the text a function of the seed, the splits and the batches, not of where the tasks ran; a cluster run
     # cost the suite a third spark-submit JVM and its executors). Run 2 below runs it on the cluster.
-    out1, batch_rows = tmp_path / "out1", spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     t0 = time.monotonic()
-    try:
-        assert main(["perturb", *job_args(corpus, out1)]) == 0
-    finally:  # the session's batch size as the other tests of this worker expect it
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", batch_rows)
+    out1 = classic(["perturb", *job_args(corpus)])
     t_run1 = time.monotonic() - t0
     text1 = _check_output(corpus, out1)
     record_property("run1_s", round(t_run1, 1))
